@@ -1,0 +1,29 @@
+// `gpumigrate demo`: a whole live migration of a simulated LLM-inference GPU VM
+// inside this process, with progress and a report.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace gpumigrate::cli {
+
+struct DemoFlags {
+  std::string device = "sim:llm";
+  uint32_t streams = 2;
+  std::string downtime_target = "300ms";
+  std::string max_stun = "100s";
+  uint32_t max_rounds = 30;
+  std::string bandwidth;  // empty: unlimited
+  std::string verify = "digest";
+  std::string warmup = "500ms";
+  std::string run_after = "500ms";
+  bool json = false;
+};
+
+// Registers the subcommand; `flags` must outlive the app.
+CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& flags);
+int RunDemo(const DemoFlags& flags, const std::atomic<bool>& cancel);
+
+}  // namespace gpumigrate::cli

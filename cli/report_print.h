@@ -1,0 +1,16 @@
+// Human-readable migration report for a terminal.
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "gpumigrate/report.h"
+
+namespace gpumigrate::cli {
+
+void PrintReport(FILE* out, const std::string& title, const MigrationReport& r);
+
+// Exit code of the CLI contract: 0 completed, 1 aborted (source running), 3 in doubt.
+int ExitCodeFor(const MigrationReport& r);
+
+}  // namespace gpumigrate::cli

@@ -1,0 +1,124 @@
+// Mailbox: control messages read by a background thread, handed to the session
+// thread with deadlines, plus the first failure of any helper thread (control
+// reader, data receivers). A session waits on one place for "the next message,
+// or the reason there will be none".
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "gpumigrate/status.h"
+#include "gpumigrate/stream.h"
+#include "transport/wire/control_channel.h"
+
+namespace gpumigrate {
+
+class Mailbox {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  void Post(wire::v1::Envelope env) {
+    std::lock_guard lk(mu_);
+    queue_.push_back(std::move(env));
+    cv_.notify_all();
+  }
+
+  // Records a failure; the first one wins. Messages already queued are still delivered.
+  void Fail(Status s) {
+    std::lock_guard lk(mu_);
+    if (failure_.ok()) failure_ = std::move(s);
+    cv_.notify_all();
+  }
+
+  Status failure() const {
+    std::lock_guard lk(mu_);
+    return failure_;
+  }
+
+  // Wakes waiters so they can re-check a condition of their own (e.g. frame counts).
+  void Notify() {
+    std::lock_guard lk(mu_);
+    cv_.notify_all();
+  }
+
+  // Next message, or the recorded failure, or kDeadlineExceeded, or kAborted when
+  // `cancel` becomes true.
+  Result<wire::v1::Envelope> Next(Clock::time_point deadline, const std::atomic<bool>* cancel,
+                                  const char* waiting_for) {
+    std::unique_lock lk(mu_);
+    while (true) {
+      if (!queue_.empty()) {
+        auto env = std::move(queue_.front());
+        queue_.pop_front();
+        return env;
+      }
+      if (!failure_.ok()) return failure_;
+      if (cancel && cancel->load()) return Aborted(std::string("cancelled while waiting for ") + waiting_for);
+      auto now = Clock::now();
+      if (now >= deadline) {
+        return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + waiting_for);
+      }
+      cv_.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(50)));
+    }
+  }
+
+  // Waits until pred() holds (checked under no lock of ours), a failure is
+  // recorded, the deadline passes or `cancel` is set.
+  Status WaitFor(const std::function<bool()>& pred, Clock::time_point deadline, const std::atomic<bool>* cancel,
+                 const char* waiting_for) {
+    std::unique_lock lk(mu_);
+    while (!pred()) {
+      if (!failure_.ok()) return failure_;
+      if (cancel && cancel->load()) return Aborted(std::string("cancelled while waiting for ") + waiting_for);
+      auto now = Clock::now();
+      if (now >= deadline) {
+        return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + waiting_for);
+      }
+      cv_.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(20)));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<wire::v1::Envelope> queue_;
+  Status failure_;
+};
+
+// Reads envelopes from `control` into `box` until the stream fails. An Abort from
+// the peer is queued like any message and also reported through on_abort (from
+// the reader thread) so the session can stop sending at once.
+class ControlReader {
+ public:
+  ControlReader(Stream* control, Mailbox* box, std::function<void(const wire::v1::Abort&)> on_abort)
+      : thread_([this, control, box, on_abort = std::move(on_abort)] {
+          while (!stop_.load()) {
+            auto env = wire::RecvEnvelope(*control);
+            if (!env.ok()) {
+              if (!stop_.load()) box->Fail(env.status());
+              return;
+            }
+            if (env->has_abort() && on_abort) on_abort(env->abort());
+            box->Post(std::move(env).value());
+          }
+        }) {}
+  // The owner must close the control stream before destroying the reader.
+  ~ControlReader() {
+    stop_ = true;
+    thread_.join();
+  }
+  void StopQuietly() { stop_ = true; }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace gpumigrate

@@ -1,0 +1,79 @@
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "gpumigrate/report.h"
+#include "gpumigrate/session.h"
+
+namespace gpumigrate {
+
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kCompleted: return "completed";
+    case Outcome::kAborted: return "aborted";
+    case Outcome::kInDoubt: return "in_doubt";
+  }
+  return "unknown";
+}
+
+std::string_view PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kHandshake: return "handshake";
+    case Phase::kRoundStart: return "round-start";
+    case Phase::kRoundEnd: return "round-end";
+    case Phase::kSwitchover: return "switchover";
+    case Phase::kPrepareSent: return "prepare-sent";
+    case Phase::kPreparedReceived: return "prepared-received";
+    case Phase::kCommitSent: return "commit-sent";
+    case Phase::kCompleted: return "completed";
+    case Phase::kPrepareReceived: return "prepare-received";
+    case Phase::kPreparedSent: return "prepared-sent";
+    case Phase::kCommitReceived: return "commit-received";
+  }
+  return "unknown";
+}
+
+namespace {
+double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
+}  // namespace
+
+std::string ReportToJson(const MigrationReport& r) {
+  nlohmann::ordered_json j;
+  j["outcome"] = OutcomeName(r.outcome);
+  j["verified"] = r.verified;
+  j["verify_full"] = r.verify_full;
+  j["stun_ms"] = Round3(r.stun_ms);
+  nlohmann::ordered_json bd = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.stun_breakdown_ms) bd[k] = Round3(v);
+  j["stun_breakdown_ms"] = bd;
+  j["total_ms"] = Round3(r.total_ms);
+  j["bytes_sent"] = r.bytes_sent;
+  j["bandwidth_bytes_per_s"] = std::round(r.bandwidth_bytes_per_s);
+  nlohmann::ordered_json rounds = nlohmann::ordered_json::array();
+  for (const auto& x : r.rounds) {
+    rounds.push_back({{"round", x.round},
+                      {"final", x.final},
+                      {"bytes", x.bytes},
+                      {"dirty_bytes", x.dirty_bytes},
+                      {"pages_sent", x.pages_sent},
+                      {"zero_pages", x.zero_pages},
+                      {"ms", Round3(x.ms)}});
+  }
+  j["rounds"] = rounds;
+  if (r.predicted_stun_ms >= 0 && std::isfinite(r.predicted_stun_ms)) {
+    j["predicted_stun_ms"] = Round3(r.predicted_stun_ms);
+  } else {
+    j["predicted_stun_ms"] = nullptr;
+  }
+  j["switchover_reason"] = r.switchover_reason;
+  j["device"] = r.device;
+  j["device_bytes"] = r.device_bytes;
+  if (!r.status.ok()) {
+    j["error"] = r.status.message();
+    j["failed_phase"] = r.failed_phase;
+  }
+  if (!r.resolution.empty()) j["resolution"] = r.resolution;
+  return j.dump();
+}
+
+}  // namespace gpumigrate

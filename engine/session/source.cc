@@ -1,0 +1,509 @@
+// The source side of a migration: handshake, pre-copy rounds, the switchover
+// decision, switchover, and the rollback and in-doubt rules of DESIGN.md.
+#include <algorithm>
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "engine/session/frame_sender.h"
+#include "engine/session/mailbox.h"
+#include "engine/session/page_hashes.h"
+#include "engine/session/switchover_policy.h"
+#include "gpumigrate/dirty_tracker.h"
+#include "gpumigrate/session.h"
+#include "transport/wire/control_channel.h"
+
+namespace gpumigrate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace v1 = wire::v1;
+
+double MsBetween(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+bool IsZero(std::span<const std::byte> bytes) {
+  const std::byte* p = bytes.data();
+  size_t n = bytes.size(), i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    if (w) return false;
+  }
+  for (; i < n; ++i) {
+    if (p[i] != std::byte{0}) return false;
+  }
+  return true;
+}
+
+v1::RegionHint ToWire(RegionHint h) {
+  switch (h) {
+    case RegionHint::kStatic: return v1::REGION_HINT_STATIC;
+    case RegionHint::kDynamic: return v1::REGION_HINT_DYNAMIC;
+    default: return v1::REGION_HINT_UNKNOWN;
+  }
+}
+
+class Source {
+ public:
+  Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
+      : dev_(dev), streams_(streams), opt_(opt), regions_(dev.Regions()), hashes_(regions_) {
+    session_id_ = opt.session_id;
+    if (session_id_ == 0) {
+      std::random_device rd;
+      session_id_ = (uint64_t{rd()} << 32) | rd();
+      if (session_id_ == 0) session_id_ = 1;
+    }
+    for (size_t i = 0; i < regions_.size(); ++i) order_.push_back(i);
+    // Static regions (weights) first: they will not need resending.
+    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
+      return (regions_[a].hint == RegionHint::kStatic) > (regions_[b].hint == RegionHint::kStatic);
+    });
+    for (const auto& r : regions_) {
+      sets_.emplace_back(r.pages());
+      report_.device_bytes += r.size_bytes;
+    }
+    report_.device = dev.Describe();
+    report_.verify_full = opt.verify_full;
+  }
+
+  MigrationReport Run();
+
+ private:
+  Status Handshake();
+  Status SendSet(uint32_t round, bool skip_zero, RoundReport& rr);
+  Status SyncAll(uint64_t* dirty_bytes);
+  Status SendDeviceState(uint32_t round, uint64_t* state_bytes);
+  Status VerifyFull();
+  Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what);
+  Status Interrupted();
+  void Phase(gpumigrate::Phase p, uint32_t round) {
+    if (opt_.on_phase) opt_.on_phase(p, round);
+  }
+  void ReportProgress(gpumigrate::Phase p, uint32_t round, uint64_t total, uint64_t done, bool force);
+  void CloseAll() {
+    if (reader_) reader_->StopQuietly();
+    streams_.control->Close();
+    for (Stream* s : streams_.data) s->Close();
+  }
+  MigrationReport Fail(Status st, const std::string& phase);
+  MigrationReport InDoubt(Status st, const std::string& phase);
+
+  Device& dev_;
+  SessionStreams streams_;
+  const SourceOptions& opt_;
+  std::vector<RegionInfo> regions_;
+  std::vector<size_t> order_;
+  std::vector<DirtyBitmap> sets_;  // pages to send next, per region
+  PageHashes hashes_;
+  uint64_t session_id_;
+  Mailbox box_;
+  std::unique_ptr<ControlReader> reader_;
+  std::unique_ptr<FrameSender> sender_;
+  std::atomic<bool> peer_aborted_{false};
+  DirtyTracker* tracker_ = nullptr;
+  bool tracking_ = false;
+  MigrationReport report_;
+  Clock::time_point t0_ = Clock::now();
+  Clock::time_point last_progress_{};
+  std::vector<std::byte> buf_;
+};
+
+Status Source::Interrupted() {
+  if (opt_.cancel && opt_.cancel->load()) return Aborted("cancelled by the user");
+  if (peer_aborted_.load()) return Unavailable("destination aborted");
+  Status f = box_.failure();
+  if (!f.ok()) return f;
+  return Status::Ok();
+}
+
+Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what) {
+  GM_ASSIGN_OR_RETURN(v1::Envelope env, box_.Next(Clock::now() + opt_.peer_timeout, opt_.cancel, what));
+  if (env.has_abort()) {
+    return Aborted(fmt::format("destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
+  }
+  if (env.msg_case() != want) {
+    return Corrupt(fmt::format("protocol error: expected {}, got {}", what, wire::EnvelopeKind(env)));
+  }
+  return env;
+}
+
+Status Source::Handshake() {
+  v1::Envelope hello;
+  hello.mutable_hello()->set_protocol_version(wire::kProtocolVersion);
+  hello.mutable_hello()->set_product_version(GPUMIGRATE_VERSION);
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, hello));
+  GM_ASSIGN_OR_RETURN(v1::Envelope peer, Await(v1::Envelope::kHello, "Hello"));
+  GM_RETURN_IF_ERROR(wire::CheckHello(peer.hello()));
+
+  v1::Envelope env;
+  auto* m = env.mutable_manifest();
+  m->set_session_id(session_id_);
+  m->set_device(dev_.Describe());
+  m->set_data_streams(static_cast<uint32_t>(streams_.data.size()));
+  m->set_cipher(v1::CIPHER_NONE_INTEGRITY_ONLY);
+  m->set_max_frame_payload_bytes(opt_.max_frame_payload_bytes);
+  for (const auto& r : regions_) {
+    auto* w = m->add_regions();
+    w->set_id(r.id);
+    w->set_name(r.name);
+    w->set_size_bytes(r.size_bytes);
+    w->set_page_size(r.page_size);
+    w->set_hint(ToWire(r.hint));
+  }
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
+  GM_ASSIGN_OR_RETURN(v1::Envelope ready, Await(v1::Envelope::kReady, "Ready"));
+  (void)ready;
+  return Status::Ok();
+}
+
+void Source::ReportProgress(gpumigrate::Phase p, uint32_t round, uint64_t total, uint64_t done, bool force) {
+  if (!opt_.on_progress) return;
+  auto now = Clock::now();
+  if (!force && now - last_progress_ < std::chrono::milliseconds(100)) return;
+  last_progress_ = now;
+  Progress pr;
+  pr.phase = p;
+  pr.round = round;
+  pr.round_bytes_total = total;
+  pr.round_bytes_done = done;
+  pr.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
+  pr.elapsed_s = std::chrono::duration<double>(now - t0_).count();
+  opt_.on_progress(pr);
+}
+
+// Sends every page marked in sets_ (and clears the marks). Round 0 skips zero
+// pages: a fresh destination already holds zeros there.
+Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < regions_.size(); ++i) total += sets_[i].Count() * regions_[i].page_size;
+  rr.dirty_bytes = total;
+  uint64_t done = 0;
+  uint64_t sent_before = sender_->bytes_sent();
+  const gpumigrate::Phase phase = rr.final ? gpumigrate::Phase::kSwitchover : gpumigrate::Phase::kRoundStart;
+  for (size_t i : order_) {
+    const RegionInfo& r = regions_[i];
+    DirtyBitmap& set = sets_[i];
+    const uint64_t ps = r.page_size;
+    const uint64_t max_pages = std::max<uint64_t>(1, opt_.max_frame_payload_bytes / ps);
+    for (uint64_t p = set.NextSet(0); p < r.pages(); p = set.NextSet(p)) {
+      uint64_t run_end = set.NextClear(p);
+      while (p < run_end) {
+        GM_RETURN_IF_ERROR(Interrupted());
+        uint64_t n = std::min(run_end - p, max_pages);
+        uint64_t off = p * ps;
+        uint64_t len = std::min(n * ps, r.size_bytes - off);
+        buf_.resize(len);
+        GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_).WithContext(fmt::format("read region {}", r.name)));
+        // Split the chunk into runs of data pages and runs of zero pages.
+        uint64_t j = 0;
+        while (j < n) {
+          uint64_t k = j;
+          bool zero = IsZero(std::span(buf_).subspan(j * ps, std::min(ps, len - j * ps)));
+          while (k < n) {
+            auto page = std::span(buf_).subspan(k * ps, std::min(ps, len - k * ps));
+            bool z = (k == j) ? zero : IsZero(page);
+            if (z != zero) break;
+            if (z) {
+              hashes_.SetZero(i, p + k);
+            } else {
+              hashes_.Set(i, p + k, HashPage(page));
+            }
+            ++k;
+          }
+          uint64_t sub_off = j * ps, sub_len = std::min(k * ps, len) - sub_off;
+          if (zero) {
+            rr.zero_pages += k - j;
+            if (!skip_zero) {
+              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + sub_off,
+                                               static_cast<uint32_t>(sub_len), {}));
+            }
+          } else {
+            rr.pages_sent += k - j;
+            GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + sub_off,
+                                             static_cast<uint32_t>(sub_len), std::span(buf_).subspan(sub_off, sub_len)));
+          }
+          j = k;
+        }
+        for (uint64_t q = p; q < p + n; ++q) set.Clear(q);
+        done += n * ps;
+        p += n;
+        ReportProgress(phase, round, total, done, false);
+      }
+    }
+  }
+  rr.bytes = sender_->bytes_sent() - sent_before;
+  return Status::Ok();
+}
+
+Status Source::SyncAll(uint64_t* dirty_bytes) {
+  *dirty_bytes = 0;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    GM_RETURN_IF_ERROR(tracker_->Sync(regions_[i].id, sets_[i]).WithContext("dirty sync"));
+    *dirty_bytes += sets_[i].Count() * regions_[i].page_size;
+  }
+  return Status::Ok();
+}
+
+Status Source::SendDeviceState(uint32_t round, uint64_t* state_bytes) {
+  GM_ASSIGN_OR_RETURN(std::vector<std::byte> blob, dev_.SaveState());
+  *state_bytes = blob.size();
+  uint64_t off = 0;
+  do {
+    uint64_t n = std::min<uint64_t>(blob.size() - off, opt_.max_frame_payload_bytes);
+    GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, round, off,
+                                     static_cast<uint32_t>(n), std::span(blob).subspan(off, n)));
+    off += n;
+  } while (off < blob.size());
+  return Status::Ok();
+}
+
+// Re-reads the whole source at stop and checks each page against what was sent.
+Status Source::VerifyFull() {
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const RegionInfo& r = regions_[i];
+    const uint64_t chunk = std::max<uint64_t>(r.page_size, uint64_t{4} << 20) / r.page_size * r.page_size;
+    for (uint64_t off = 0; off < r.size_bytes; off += chunk) {
+      uint64_t len = std::min(chunk, r.size_bytes - off);
+      buf_.resize(len);
+      GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_));
+      for (uint64_t o = 0; o < len; o += r.page_size) {
+        uint64_t page = (off + o) / r.page_size;
+        auto bytes = std::span(buf_).subspan(o, std::min<uint64_t>(r.page_size, len - o));
+        if (HashPage(bytes) != hashes_.Get(i, page)) {
+          return Internal(fmt::format(
+              "verify full: region {} page {} at stop differs from what was sent (a write the dirty tracker missed)",
+              r.name, page));
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+MigrationReport Source::Fail(Status st, const std::string& phase) {
+  // When the destination aborted, its reason is the one that matters: use it
+  // alone when it came first, and add it when our own failure came first.
+  const bool peer_first = peer_aborted_.load();
+  if (peer_first || st.code() == StatusCode::kUnavailable) {
+    auto deadline = Clock::now() + std::chrono::seconds(1);
+    while (true) {
+      auto env = box_.Next(deadline, nullptr, "the destination's reason");
+      if (!env.ok()) break;
+      if (env->has_abort()) {
+        std::string peer = fmt::format("destination aborted in phase {}: {}", env->abort().phase(),
+                                       env->abort().reason());
+        st = peer_first ? Aborted(peer) : Status(st.code(), fmt::format("{} ({})", st.message(), peer));
+        break;
+      }
+    }
+  }
+  v1::Envelope abort;
+  abort.mutable_abort()->set_reason(st.message());
+  abort.mutable_abort()->set_phase(phase);
+  (void)wire::SendEnvelope(*streams_.control, abort);  // best effort: the peer may be gone
+  CloseAll();
+  if (tracking_) (void)tracker_->Stop();
+  report_.outcome = Outcome::kAborted;
+  report_.failed_phase = phase;
+  report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
+  report_.status = st.WithContext(fmt::format("migration aborted in {}", phase));
+  DeviceState s = dev_.State();
+  if (s == DeviceState::kPreCopy || s == DeviceState::kStopCopy) {
+    Status back = dev_.SetState(DeviceState::kRunning);
+    if (!back.ok()) {
+      report_.status = Internal(fmt::format("{}; and returning the source to RUNNING failed: {}",
+                                            report_.status.message(), back.message()));
+      report_.resolution = "the source device could not be resumed: inspect it before anything else";
+      return report_;
+    }
+  }
+  report_.resolution = "the source is RUNNING with its memory intact; the destination discarded what it received";
+  if (st.code() == StatusCode::kAborted && st.message().find("drain-and-replace") != std::string::npos) {
+    report_.resolution += "; live migration will not converge at this bandwidth: drain-and-replace recommended";
+  }
+  report_.total_ms = MsBetween(t0_, Clock::now());
+  return report_;
+}
+
+MigrationReport Source::InDoubt(Status st, const std::string& phase) {
+  CloseAll();
+  if (tracking_) (void)tracker_->Stop();
+  if (dev_.State() == DeviceState::kStopCopy) (void)dev_.SetState(DeviceState::kStop);
+  report_.outcome = Outcome::kInDoubt;
+  report_.bytes_sent = sender_->bytes_sent();
+  report_.failed_phase = phase;
+  report_.status = Status(StatusCode::kInDoubt,
+                          fmt::format("commit sent but not confirmed ({}): outcome in doubt", st.message()));
+  report_.resolution =
+      "both sides are stopped and the source state is intact; neither resumes on its own. Check the destination: if "
+      "it is RUNNING, release the source; otherwise discard the destination and resume the source (device state "
+      "STOP -> RUNNING)";
+  report_.total_ms = MsBetween(t0_, Clock::now());
+  return report_;
+}
+
+MigrationReport Source::Run() {
+  if (streams_.control == nullptr || streams_.data.empty()) {
+    report_.status = InvalidArgument("session: need a control stream and at least one data stream");
+    return report_;
+  }
+  if (dev_.State() != DeviceState::kRunning) {
+    report_.status = FailedPrecondition(
+        fmt::format("session: source device is {}, expected RUNNING", DeviceStateName(dev_.State())));
+    return report_;
+  }
+  tracker_ = dev_.Tracker();
+  if (tracker_ == nullptr) {
+    report_.status = Unimplemented("session: the device has no dirty tracker");
+    return report_;
+  }
+  sender_ = std::make_unique<FrameSender>(streams_.data, session_id_, opt_.bandwidth_limit_bytes_per_s);
+  reader_ = std::make_unique<ControlReader>(streams_.control, &box_, [this](const v1::Abort&) {
+    // Stop sending at once; Fail() picks up the reason from the mailbox.
+    peer_aborted_ = true;
+    for (Stream* s : streams_.data) s->Close();
+  });
+
+  Phase(Phase::kHandshake, 0);
+  if (Status st = Handshake(); !st.ok()) return Fail(st, "handshake");
+
+  if (Status st = dev_.SetState(DeviceState::kPreCopy); !st.ok()) return Fail(st, "handshake");
+  if (Status st = tracker_->Start(); !st.ok()) return Fail(st, "handshake");
+  tracking_ = true;
+  for (auto& s : sets_) s.SetAll();
+
+  std::vector<uint64_t> dirty_history;
+  uint32_t round = 0;
+  uint64_t precopy_bytes = 0;
+  Clock::time_point precopy_start = Clock::now();
+  PolicyResult decision;
+  while (true) {
+    Phase(Phase::kRoundStart, round);
+    RoundReport rr;
+    rr.round = round;
+    auto rs = Clock::now();
+    if (Status st = SendSet(round, round == 0, rr); !st.ok()) return Fail(st, fmt::format("pre-copy round {}", round));
+    v1::Envelope end;
+    end.mutable_round_end()->set_round(round);
+    for (uint64_t f : sender_->frames_per_stream()) end.mutable_round_end()->add_frames_per_stream(f);
+    if (Status st = wire::SendEnvelope(*streams_.control, end); !st.ok()) {
+      return Fail(st, fmt::format("pre-copy round {}", round));
+    }
+    rr.ms = MsBetween(rs, Clock::now());
+    precopy_bytes += rr.bytes;
+    report_.rounds.push_back(rr);
+    Phase(Phase::kRoundEnd, round);
+
+    uint64_t dirty = 0;
+    if (Status st = SyncAll(&dirty); !st.ok()) return Fail(st, fmt::format("pre-copy round {}", round));
+    dirty_history.push_back(dirty);
+    // Bandwidth: the last round when it was big enough to time, else the average so far.
+    double avg = static_cast<double>(precopy_bytes) / std::max(1e-6, MsBetween(precopy_start, Clock::now()) / 1e3);
+    double bw = (rr.bytes >= (16u << 20) && rr.ms > 0) ? static_cast<double>(rr.bytes) / (rr.ms / 1e3) : avg;
+    report_.bandwidth_bytes_per_s = bw;
+
+    PolicyInput in;
+    in.dirty_bytes_history = dirty_history;
+    in.device_state_bytes = dev_.Pending().stop_copy_bytes;
+    in.bandwidth_bytes_per_s = bw;
+    in.rounds_done = round + 1;
+    in.max_rounds = opt_.max_rounds;
+    in.downtime_target = opt_.downtime_target;
+    in.max_stun = opt_.max_stun;
+    in.fixed_cost = opt_.switchover_fixed_cost;
+    decision = DecideSwitchover(in);
+    if (decision.decision == Decision::kSwitchover) break;
+    if (decision.decision == Decision::kAbort) {
+      report_.predicted_stun_ms = decision.predicted_stun_ms;
+      report_.switchover_reason = decision.reason;
+      return Fail(Aborted(decision.reason), fmt::format("pre-copy round {}", round));
+    }
+    ++round;
+  }
+  report_.predicted_stun_ms = decision.predicted_stun_ms;
+  report_.switchover_reason = decision.reason;
+  const uint32_t final_round = round + 1;
+
+  // --- Switchover: the stun starts when the device stops. ---
+  Phase(Phase::kSwitchover, final_round);
+  auto& bd = report_.stun_breakdown_ms;
+  auto t_stun = Clock::now();
+  if (Status st = dev_.SetState(DeviceState::kStopCopy); !st.ok()) return Fail(st, "switchover: stop device");
+  auto t1 = Clock::now();
+  bd.emplace_back("stop_device", MsBetween(t_stun, t1));
+  uint64_t final_dirty = 0;
+  if (Status st = SyncAll(&final_dirty); !st.ok()) return Fail(st, "switchover: final sync");
+  auto t2 = Clock::now();
+  bd.emplace_back("final_sync", MsBetween(t1, t2));
+  RoundReport fr;
+  const uint64_t sent_before_final = sender_->bytes_sent();
+  fr.round = final_round;
+  fr.final = true;
+  if (Status st = SendSet(final_round, false, fr); !st.ok()) return Fail(st, "switchover: final data");
+  auto t3 = Clock::now();
+  fr.ms = MsBetween(t2, t3);
+  bd.emplace_back("final_data", fr.ms);
+  uint64_t state_bytes = 0;
+  if (Status st = SendDeviceState(final_round, &state_bytes); !st.ok()) return Fail(st, "switchover: device state");
+  auto t4 = Clock::now();
+  bd.emplace_back("device_state", MsBetween(t3, t4));
+  fr.bytes = sender_->bytes_sent() - sent_before_final;
+  report_.rounds.push_back(fr);
+  if (opt_.verify_full) {
+    if (Status st = VerifyFull(); !st.ok()) return Fail(st, "switchover: verify full");
+  }
+  auto t5 = Clock::now();
+  if (opt_.verify_full) bd.emplace_back("verify_full", MsBetween(t4, t5));
+
+  v1::Envelope prep;
+  auto* p = prep.mutable_prepare();
+  p->set_final_round(final_round);
+  for (uint64_t f : sender_->frames_per_stream()) p->add_frames_per_stream(f);
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    auto* d = p->add_digests();
+    d->set_region(regions_[i].id);
+    d->set_digest(hashes_.RegionDigest(i));
+  }
+  p->set_device_state_bytes(state_bytes);
+  if (Status st = wire::SendEnvelope(*streams_.control, prep); !st.ok()) return Fail(st, "switchover: prepare");
+  Phase(Phase::kPrepareSent, final_round);
+  if (auto r = Await(v1::Envelope::kPrepared, "Prepared"); !r.ok()) return Fail(r.status(), "switchover: prepare");
+  auto t6 = Clock::now();
+  bd.emplace_back("prepare_verify", MsBetween(t5, t6));
+  Phase(Phase::kPreparedReceived, final_round);
+
+  // --- Point of no return: from here a failure leaves the outcome in doubt. ---
+  v1::Envelope commit;
+  commit.mutable_commit();
+  if (Status st = wire::SendEnvelope(*streams_.control, commit); !st.ok()) return InDoubt(st, "commit");
+  Phase(Phase::kCommitSent, final_round);
+  if (auto r = Await(v1::Envelope::kRunning, "Running"); !r.ok()) return InDoubt(r.status(), "commit");
+  auto t7 = Clock::now();
+  bd.emplace_back("commit_resume", MsBetween(t6, t7));
+  report_.stun_ms = MsBetween(t_stun, t7);
+
+  // The slow tidy-up happens after the stun.
+  (void)tracker_->Stop();
+  tracking_ = false;
+  (void)dev_.SetState(DeviceState::kStop);  // released: the destination owns the workload now
+  CloseAll();
+  report_.outcome = Outcome::kCompleted;
+  report_.verified = true;
+  report_.bytes_sent = sender_->bytes_sent();
+  report_.total_ms = MsBetween(t0_, Clock::now());
+  Phase(Phase::kCompleted, final_round);
+  ReportProgress(Phase::kCompleted, final_round, 0, 0, true);
+  return report_;
+}
+
+}  // namespace
+
+MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options) {
+  Source s(device, streams, options);
+  return s.Run();
+}
+
+}  // namespace gpumigrate

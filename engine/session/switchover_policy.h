@@ -1,0 +1,43 @@
+// When to stop pre-copying: a simple rule from measured bandwidth and the dirty
+// set (the estimator replaces the prediction later; the decisions stay).
+//
+//   predicted stun = (dirty bytes + device state bytes) / bandwidth + fixed cost
+//   - predicted stun <= downtime target              -> switch over ("converged")
+//   - rounds stopped shrinking, or round limit hit:
+//       predicted stun <= max stun                   -> switch over
+//       else                                         -> abort, recommend drain-and-replace
+//   - otherwise                                      -> another round
+// "Stopped shrinking": the last three rounds' dirty sets are all at least 90% of
+// the smallest dirty set seen before them. Pure: no clock, no I/O.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpumigrate {
+
+struct PolicyInput {
+  std::vector<uint64_t> dirty_bytes_history;  // dirty set found after each completed round, in order
+  uint64_t device_state_bytes = 0;
+  double bandwidth_bytes_per_s = 0;
+  uint32_t rounds_done = 0;
+  uint32_t max_rounds = 30;
+  std::chrono::nanoseconds downtime_target{0};
+  std::chrono::nanoseconds max_stun{0};
+  std::chrono::nanoseconds fixed_cost{0};
+};
+
+enum class Decision { kContinue, kSwitchover, kAbort };
+
+struct PolicyResult {
+  Decision decision = Decision::kContinue;
+  double predicted_stun_ms = 0;
+  std::string reason;
+};
+
+PolicyResult DecideSwitchover(const PolicyInput& in);
+double PredictStunMs(uint64_t bytes, double bandwidth_bytes_per_s, std::chrono::nanoseconds fixed_cost);
+
+}  // namespace gpumigrate

@@ -1,0 +1,105 @@
+// Device: the seam between the migration engine and whatever holds GPU state.
+//
+// A device exposes memory regions (id, size, page size, hint) that the engine
+// reads on the source and writes on the destination, a lifecycle state machine
+// named exactly as the VFIO migration v2 uAPI names it, an opaque device-state
+// blob saved in STOP_COPY and loaded in RESUMING, and a pending-bytes estimate.
+//
+// Source arcs:      RUNNING -> PRE_COPY -> STOP_COPY -> STOP
+//                   PRE_COPY/STOP_COPY -> RUNNING      (rollback: recovery state)
+//                   STOP -> RUNNING                    (resume an in-doubt source)
+// Destination arcs: STOP -> RESUMING -> STOP -> RUNNING (-> STOP), RESUMING -> ERROR -> STOP
+// A transition that fails leaves the device in a recovery state (RUNNING on the
+// source) or ERROR, never silently somewhere else.
+//
+// Thread safety: Read() may be called from several engine threads at once and
+// concurrently with the device's own workload; SetState() is called by one
+// engine thread. Implementations document anything stricter.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+
+class DirtyTracker;
+
+// Values match enum vfio_device_mig_state.
+enum class DeviceState : uint32_t {
+  kError = 0,
+  kStop = 1,
+  kRunning = 2,
+  kStopCopy = 3,
+  kResuming = 4,
+  kRunningP2P = 5,
+  kPreCopy = 6,
+  kPreCopyP2P = 7,
+};
+std::string_view DeviceStateName(DeviceState s);
+
+enum class RegionHint : uint32_t {
+  kUnspecified = 0,
+  kStatic = 1,   // written once (model weights): pre-copied first
+  kDynamic = 2,  // written continuously (KV cache, activations)
+  kUnknown = 3,
+};
+std::string_view RegionHintName(RegionHint h);
+
+struct RegionInfo {
+  uint32_t id = 0;
+  std::string name;
+  uint64_t size_bytes = 0;
+  uint32_t page_size = 4096;  // a power of two; dirty-bitmap granularity
+  RegionHint hint = RegionHint::kUnknown;
+  uint64_t pages() const { return (size_bytes + page_size - 1) / page_size; }
+};
+
+// Estimate of what is left to move (VFIO_MIG_GET_PRECOPY_INFO and
+// VFIO_DEVICE_FEATURE_MIG_DATA_SIZE, plus memory regions). When a backend cannot
+// know, it answers pessimistically so a downtime limit is never broken.
+struct PendingBytes {
+  uint64_t precopy_initial_bytes = 0;  // not yet sent even once
+  uint64_t precopy_dirty_bytes = 0;    // sent, then changed
+  uint64_t stop_copy_bytes = 0;        // would be sent during the stun (incl. device state)
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+
+  // "sim:size=4GiB,..."-style description for reports.
+  virtual std::string Describe() const = 0;
+  virtual const std::vector<RegionInfo>& Regions() const = 0;
+
+  virtual DeviceState State() const = 0;
+  virtual Status SetState(DeviceState next) = 0;
+
+  // Copies region bytes [offset, offset + out.size()) into `out`; must not cross
+  // the region's end. Offsets and sizes need not be page aligned.
+  virtual Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) = 0;
+  // Destination side (RESUMING): stores bytes. Bounds are checked, never trusted.
+  virtual Status Write(uint32_t region, uint64_t offset, std::span<const std::byte> in) = 0;
+  // Stores a zero page range (cheaper than Write of zeros on most backends).
+  virtual Status WriteZeros(uint32_t region, uint64_t offset, uint64_t length) = 0;
+
+  // Opaque non-memory state (registers, queues, workload position): saved only in
+  // STOP_COPY, loaded only in RESUMING.
+  virtual Result<std::vector<std::byte>> SaveState() = 0;
+  virtual Status LoadState(std::span<const std::byte> blob) = 0;
+
+  virtual PendingBytes Pending() const = 0;
+
+  // The device's own dirty tracker, or nullptr when the engine must bring one.
+  // Borrowed: valid for the device's lifetime.
+  virtual DirtyTracker* Tracker() = 0;
+};
+
+// Finds a region by id, or nullptr.
+const RegionInfo* FindRegion(const std::vector<RegionInfo>& regions, uint32_t id);
+
+}  // namespace gpumigrate

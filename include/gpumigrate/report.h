@@ -1,0 +1,49 @@
+// What a migration reports: outcome, rounds, stun and its breakdown. Field names
+// follow the CLI contract in DESIGN.md, which automation depends on.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+
+enum class Outcome { kCompleted, kAborted, kInDoubt };
+std::string_view OutcomeName(Outcome o);  // "completed", "aborted", "in_doubt"
+
+struct RoundReport {
+  uint32_t round = 0;
+  bool final = false;         // sent during the stun
+  uint64_t bytes = 0;         // bytes put on the data streams (headers, payload, tags)
+  uint64_t dirty_bytes = 0;   // bytes of the pages this round had to consider
+  uint64_t pages_sent = 0;    // pages sent with data
+  uint64_t zero_pages = 0;    // pages sent as "now zero" (or skipped as zero in round 0)
+  double ms = 0;
+};
+
+struct MigrationReport {
+  Outcome outcome = Outcome::kAborted;
+  Status status;              // why, when not completed
+  std::string failed_phase;   // the phase in which it failed
+  bool verified = false;      // destination digests matched what the source sent
+  bool verify_full = false;   // source re-read at stop and compared too
+  std::string device;
+  uint64_t device_bytes = 0;
+  double stun_ms = 0;
+  std::vector<std::pair<std::string, double>> stun_breakdown_ms;  // in order
+  double total_ms = 0;
+  uint64_t bytes_sent = 0;
+  double bandwidth_bytes_per_s = 0;  // measured during pre-copy
+  std::vector<RoundReport> rounds;
+  double predicted_stun_ms = -1;     // at the switchover decision; < 0 when none was made
+  std::string switchover_reason;
+  std::string resolution;            // what an operator must do (in doubt, aborted)
+};
+
+// One JSON object (a line, no trailing newline) with the CLI contract's keys.
+std::string ReportToJson(const MigrationReport& r);
+
+}  // namespace gpumigrate

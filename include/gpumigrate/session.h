@@ -1,0 +1,96 @@
+// Migration sessions: the source side (pre-copy rounds, switchover decision,
+// switchover, rollback) and the destination side (apply, verify, commit).
+//
+//   Source                                   Destination
+//   Hello ─────────────────────────────────▶
+//         ◀───────────────────────────────── Hello
+//   Manifest ──────────────────────────────▶ check the device fits
+//         ◀───────────────────────────────── Ready
+//   round 0..k: frames on data streams, RoundEnd on control
+//   STOP_COPY (stun starts), final sync, final frames, device state
+//   Prepare(digests) ──────────────────────▶ wait for every frame, verify digests
+//         ◀───────────────────────────────── Prepared
+//   Commit ────────────────────────────────▶ device RUNNING
+//         ◀───────────────────────────────── Running   (stun ends)
+//
+// Safety: until the source has Prepared, any failure aborts and the source device
+// goes back to RUNNING with its memory untouched while the destination discards
+// (device ERROR). After Prepared, a failure leaves both sides stopped with the
+// source's state intact: outcome kInDoubt; neither side resumes on its own.
+//
+// RunSource/RunDestination block until the session ends; streams are borrowed
+// and must outlive the call. Both sides close their streams when they fail, so
+// the peer learns promptly.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpumigrate/device.h"
+#include "gpumigrate/report.h"
+#include "gpumigrate/stream.h"
+
+namespace gpumigrate {
+
+using namespace std::chrono_literals;
+
+// Points a test or a UI can observe. Tests use them to inject faults.
+enum class Phase {
+  kHandshake,
+  kRoundStart,       // before the first frame of a round
+  kRoundEnd,         // after a round's RoundEnd was sent
+  kSwitchover,       // about to stop the device
+  kPrepareSent,
+  kPreparedReceived,
+  kCommitSent,
+  kCompleted,
+  // Destination only:
+  kPrepareReceived,
+  kPreparedSent,
+  kCommitReceived,
+};
+std::string_view PhaseName(Phase p);
+
+struct Progress {
+  Phase phase = Phase::kHandshake;
+  uint32_t round = 0;
+  uint64_t round_bytes_total = 0;  // bytes of pages this round must consider
+  uint64_t round_bytes_done = 0;
+  uint64_t bytes_sent = 0;         // whole session so far
+  double elapsed_s = 0;
+};
+
+struct SessionStreams {
+  Stream* control = nullptr;    // borrowed
+  std::vector<Stream*> data;    // borrowed; at least one
+};
+
+struct SourceOptions {
+  std::chrono::nanoseconds downtime_target = 300ms;  // switch over when the predicted stun is within this
+  std::chrono::nanoseconds max_stun = 100s;          // when not converging: switch if within this, else abort
+  uint32_t max_rounds = 30;
+  std::chrono::nanoseconds switchover_fixed_cost = 2ms;  // round trips and device stop/resume, assumed
+  double bandwidth_limit_bytes_per_s = 0;            // 0: unlimited
+  uint32_t max_frame_payload_bytes = 1 << 20;
+  bool verify_full = false;                          // re-read the source at stop and compare (lengthens the stun)
+  std::chrono::nanoseconds peer_timeout = 60s;       // for each reply from the destination
+  uint64_t session_id = 0;                           // 0: pick a random one
+  const std::atomic<bool>* cancel = nullptr;         // set to abort (Ctrl-C); borrowed
+  std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
+  std::function<void(Phase, uint32_t round)> on_phase;
+};
+
+struct DestinationOptions {
+  std::chrono::nanoseconds peer_timeout = 60s;       // for each message from the source
+  const std::atomic<bool>* cancel = nullptr;
+  std::function<void(Phase, uint32_t round)> on_phase;
+};
+
+MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options);
+MigrationReport RunDestination(Device& device, const SessionStreams& streams, const DestinationOptions& options);
+
+}  // namespace gpumigrate

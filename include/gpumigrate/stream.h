@@ -1,0 +1,37 @@
+// Stream: an ordered, reliable byte stream (a TCP connection, a file, a pipe).
+//
+// WriteAll() returns when every byte has been handed to the stream; the caller's
+// buffer may be reused then. ReadExact() fills the whole buffer or fails:
+// kUnavailable when the peer closed or the stream was cut, with how many bytes
+// had arrived. Close() is like closing a socket: the peer still reads what was
+// written before it, then end-of-stream; every other pending or later call on
+// either end fails promptly (used to abort a migration). Safe from any thread. One reader thread and
+// one writer thread may use a stream at once.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual std::string Name() const = 0;
+  virtual Status WriteAll(std::span<const std::byte> data) = 0;
+  virtual Status ReadExact(std::span<std::byte> out) = 0;
+  virtual void Close() = 0;
+};
+
+// A connected pair of in-memory streams (what one writes the other reads), with
+// at most `capacity_bytes` buffered in each direction, so a slow reader applies
+// backpressure to the writer as a socket would.
+std::pair<std::unique_ptr<Stream>, std::unique_ptr<Stream>> MakePipe(std::string name,
+                                                                     size_t capacity_bytes = 4 << 20);
+
+}  // namespace gpumigrate

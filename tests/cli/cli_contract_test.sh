@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# The CLI contract automation depends on (DESIGN.md): help, exit codes, JSON keys,
+# progress on stderr. Usage: cli_contract_test.sh path/to/gpumigrate
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check NAME EXPECTED_RC ACTUAL_RC
+  if [ "$2" != "$3" ]; then echo "FAIL: $1: exit code $3, expected $2"; fail=1; else echo "ok: $1"; fi
+}
+contains() {  # contains NAME FILE TEXT
+  if grep -q -- "$3" "$2"; then echo "ok: $1"; else echo "FAIL: $1: '$3' not in output:"; cat "$2"; fail=1; fi
+}
+
+"$bin" --help >"$tmp/help" 2>&1; check "--help" 0 $?
+contains "--help lists demo" "$tmp/help" "demo"
+contains "--help lists exit codes" "$tmp/help" "3 outcome in doubt"
+"$bin" help demo >"$tmp/hd" 2>&1; check "help demo" 0 $?
+for opt in --device --streams --downtime-target --max-stun --max-rounds --bandwidth --verify --warmup --run-after --json; do
+  contains "help demo describes $opt" "$tmp/hd" "$opt"
+done
+"$bin" help nosuch >"$tmp/hn" 2>&1; check "help of an unknown command" 2 $?
+"$bin" >"$tmp/none" 2>&1; check "no command" 2 $?
+"$bin" demo --device bogus:1 >"$tmp/e1" 2>&1; check "non-sim device" 2 $?
+contains "non-sim device message" "$tmp/e1" "needs a sim device"
+"$bin" demo --device sim:colour=blue >"$tmp/e2" 2>&1; check "unknown spec key" 2 $?
+contains "unknown spec key message" "$tmp/e2" "unknown key 'colour'"
+"$bin" demo --bandwidth 5parsecs >"$tmp/e3" 2>&1; check "bad rate" 2 $?
+"$bin" demo --downtime-target soon >"$tmp/e4" 2>&1; check "bad duration" 2 $?
+"$bin" demo --verify maybe >"$tmp/e5" 2>&1; check "bad verify mode" 2 $?
+
+small="sim:size=48MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
+"$bin" demo --json --device "$small" --warmup 50ms --run-after 100ms --bandwidth 400MB/s --downtime-target 20ms \
+  >"$tmp/ok.json" 2>"$tmp/ok.err"
+check "demo --json completes" 0 $?
+contains "progress goes to stderr as plain lines" "$tmp/ok.err" "round 0"
+python3 - "$tmp/ok.json" <<'PY' || fail=1
+import json, sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+assert len(lines) == 1, f"stdout must hold exactly one JSON object, got {len(lines)} lines"
+r = json.loads(lines[0])
+for k in ["outcome", "verified", "stun_ms", "stun_breakdown_ms", "total_ms", "bytes_sent", "rounds", "predicted_stun_ms"]:
+    assert k in r, f"missing key {k}"
+assert r["outcome"] == "completed", r
+assert r["verified"] is True
+assert r["stun_ms"] > 0 and r["total_ms"] >= r["stun_ms"]
+assert isinstance(r["stun_breakdown_ms"], dict) and "final_data" in r["stun_breakdown_ms"]
+assert abs(sum(r["stun_breakdown_ms"].values()) - r["stun_ms"]) < 0.05 * r["stun_ms"] + 0.1, r
+assert len(r["rounds"]) >= 2 and r["rounds"][-1]["final"] is True
+for x in r["rounds"]:
+    for k in ["round", "bytes", "dirty_bytes", "ms"]:
+        assert k in x, f"round lacks {k}"
+assert r["bytes_sent"] == sum(x["bytes"] for x in r["rounds"])
+assert r["destination"]["self_check"] == "ok", r["destination"]
+assert r["destination"]["kernels_run_after_resume"] > 0
+print("ok: demo JSON follows the contract")
+PY
+
+# Dirty rate far above the capped link: aborted, drain-and-replace, exit 1.
+"$bin" demo --json --device "sim:size=32MiB,hot=8MiB,kv_rate=0,page=16KiB,step=1ms" --warmup 10ms \
+  --bandwidth 20MB/s --downtime-target 1ms --max-stun 10ms --max-rounds 3 >"$tmp/abort.json" 2>/dev/null
+check "non-converging demo exits 1" 1 $?
+python3 - "$tmp/abort.json" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["outcome"] == "aborted", r
+assert "drain-and-replace" in r["error"], r["error"]
+assert "RUNNING" in r["resolution"], r["resolution"]
+print("ok: non-converging demo reports drain-and-replace")
+PY
+
+# Human report.
+"$bin" demo --device "$small" --warmup 10ms --run-after 50ms >"$tmp/human" 2>/dev/null
+check "demo human report" 0 $?
+contains "report shows the stun breakdown" "$tmp/human" "final_data"
+contains "report shows the destination self-check" "$tmp/human" "self-check of activation canaries: ok"
+
+if [ $fail -ne 0 ]; then echo "cli_contract: FAILED"; exit 1; fi
+echo "cli_contract: all checks passed"

@@ -1,0 +1,177 @@
+// Abort a migration at each phase and check DESIGN.md's outcome rules: before
+// Prepared the source is RUNNING with its memory intact and the destination
+// discards; after Prepared the outcome is in doubt with both sides stopped.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "gpumigrate/local_migration.h"
+#include "gpumigrate/sim.h"
+#include "tests/fault/support_source_intact.h"
+#include "transport/net/fault_stream.h"
+
+namespace gpumigrate {
+namespace {
+
+using testing::ExpectSourceRunningAndIntact;
+using testing::WeightsHash;
+using namespace std::chrono_literals;
+
+constexpr const char* kSpec = "sim:size=16MiB,hot=1MiB,kv_rate=32MiB/s,page=16KiB,step=2ms,layers=8";
+
+struct Faulty {
+  SimSpec spec = *ParseSimSpec(kSpec);
+  std::unique_ptr<SimDevice> src = *SimDevice::Create(spec, SimRole::kSource);
+  std::unique_ptr<SimDevice> dst = *SimDevice::Create(spec, SimRole::kDestination);
+  LocalMigrationOptions opt;
+  SessionStreams src_streams, dst_streams;
+  uint64_t weights = 0;
+  Faulty() {
+    std::this_thread::sleep_for(10ms);
+    weights = WeightsHash(*src);
+    opt.source.bandwidth_limit_bytes_per_s = 100e6;  // a few rounds
+    opt.source.downtime_target = 5ms;
+    opt.source.peer_timeout = 10s;
+    opt.destination.peer_timeout = 10s;
+    opt.on_streams = [this](const SessionStreams& s, const SessionStreams& d) {
+      src_streams = s;
+      dst_streams = d;
+    };
+  }
+  // Cuts a data stream of the source at byte `at`.
+  void CutDataAt(uint64_t at) {
+    opt.wrap_source_end = [at](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
+      if (index != 0) return s;
+      return std::make_unique<FaultStream>(std::move(s), FaultPlan{.cut_at_byte = at});
+    };
+  }
+  void ExpectAborted(const LocalMigrationResult& res) {
+    EXPECT_EQ(res.source.outcome, Outcome::kAborted);
+    EXPECT_FALSE(res.source.status.ok());
+    EXPECT_FALSE(res.source.failed_phase.empty());
+    EXPECT_EQ(res.destination.outcome, Outcome::kAborted);
+    EXPECT_EQ(dst->State(), DeviceState::kError) << "the destination must discard";
+    ExpectSourceRunningAndIntact(*src, weights);
+  }
+};
+
+TEST(AbortPhases, BeforeRoundZero) {
+  Faulty f;
+  f.CutDataAt(0);
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+  EXPECT_EQ(res.source.failed_phase, "pre-copy round 0");
+  EXPECT_NE(res.source.status.message().find("cut at byte 0"), std::string::npos) << res.source.status.message();
+}
+
+TEST(AbortPhases, ControlChannelLostBeforeRoundZero) {
+  Faulty f;
+  f.opt.source.on_phase = [&](Phase p, uint32_t round) {
+    if (p == Phase::kRoundStart && round == 0) f.src_streams.control->Close();
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+}
+
+TEST(AbortPhases, MidRound) {
+  Faulty f;
+  f.CutDataAt(3 << 20);
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+  EXPECT_EQ(res.source.failed_phase, "pre-copy round 0");
+  EXPECT_GT(res.source.bytes_sent, 2u << 20);
+}
+
+TEST(AbortPhases, MidFrame) {
+  Faulty f;
+  f.CutDataAt(48 + 1000);  // inside the first frame's payload
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+  EXPECT_NE(res.destination.status.message().find("data stream 0, frame 0"), std::string::npos)
+      << res.destination.status.message();
+}
+
+TEST(AbortPhases, MidLaterRound) {
+  Faulty f;
+  f.opt.source.on_phase = [&](Phase p, uint32_t round) {
+    if (p == Phase::kRoundStart && round == 1) f.src_streams.data[0]->Close();
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+}
+
+TEST(AbortPhases, DuringFinalCopyWhileStopped) {
+  Faulty f;
+  f.opt.source.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kSwitchover) f.src_streams.data[0]->Close();
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+  EXPECT_EQ(res.source.failed_phase.rfind("switchover", 0), 0u) << res.source.failed_phase;
+}
+
+TEST(AbortPhases, AtSwitchoverBeforePrepared) {
+  Faulty f;
+  f.opt.source.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kPrepareSent) f.src_streams.control->Close();
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  EXPECT_EQ(res.source.outcome, Outcome::kAborted);
+  EXPECT_EQ(res.source.failed_phase, "switchover: prepare");
+  // The destination may have verified and answered before the cut: then it holds
+  // the prepared state, stopped, and never resumes on its own.
+  EXPECT_NE(res.destination.outcome, Outcome::kCompleted);
+  EXPECT_NE(f.dst->State(), DeviceState::kRunning);
+  ExpectSourceRunningAndIntact(*f.src, f.weights);
+}
+
+TEST(AbortPhases, DestinationLostBeforeAnsweringPrepare) {
+  Faulty f;
+  f.opt.destination.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kPrepareReceived) f.dst_streams.control->Close();
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+}
+
+TEST(AbortPhases, CancelledByTheUser) {
+  Faulty f;
+  std::atomic<bool> cancel{false};
+  f.opt.source.cancel = &cancel;
+  f.opt.source.on_phase = [&](Phase p, uint32_t round) {
+    if (p == Phase::kRoundStart && round == 1) cancel = true;
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  f.ExpectAborted(res);
+  EXPECT_NE(res.source.status.message().find("cancelled by the user"), std::string::npos);
+}
+
+TEST(AbortPhases, BetweenCommitAndRunningIsInDoubtWithBothStopped) {
+  Faulty f;
+  f.opt.destination.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kPreparedSent) f.dst_streams.control->Close();
+  };
+  auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+  EXPECT_EQ(res.source.outcome, Outcome::kInDoubt) << res.source.status.ToString();
+  EXPECT_EQ(res.source.status.code(), StatusCode::kInDoubt);
+  EXPECT_NE(res.source.resolution.find("resume the source"), std::string::npos);
+  EXPECT_EQ(res.destination.outcome, Outcome::kInDoubt) << res.destination.status.ToString();
+  // Both stopped: nobody runs the workload.
+  EXPECT_EQ(f.src->State(), DeviceState::kStop);
+  EXPECT_EQ(f.dst->State(), DeviceState::kStop);
+  uint64_t ks = f.src->KernelsRun(), kd = f.dst->KernelsRun();
+  std::this_thread::sleep_for(30ms);
+  EXPECT_EQ(f.src->KernelsRun(), ks);
+  EXPECT_EQ(f.dst->KernelsRun(), kd);
+  // The source's state is intact: it passes its own check, and an operator can resume it.
+  auto check = f.src->SelfCheck();
+  EXPECT_TRUE(check.ok()) << check.status().ToString();
+  // The destination, too, holds the complete verified state (it could be confirmed instead).
+  auto dcheck = f.dst->SelfCheck();
+  EXPECT_TRUE(dcheck.ok()) << dcheck.status().ToString();
+  ASSERT_TRUE(f.src->SetState(DeviceState::kRunning).ok());
+  ExpectSourceRunningAndIntact(*f.src, f.weights);
+}
+
+}  // namespace
+}  // namespace gpumigrate

@@ -1,0 +1,89 @@
+#include "engine/session/switchover_policy.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+namespace gpumigrate {
+namespace {
+
+using namespace std::chrono_literals;
+
+PolicyInput Base() {
+  PolicyInput in;
+  in.bandwidth_bytes_per_s = 1e9;  // 1 GB/s: 1 MB costs 1 ms
+  in.device_state_bytes = 0;
+  in.max_rounds = 30;
+  in.downtime_target = 300ms;
+  in.max_stun = 2s;
+  in.fixed_cost = 2ms;
+  return in;
+}
+
+TEST(SwitchoverPolicy, PredictsStunFromDirtyBytesAndBandwidth) {
+  EXPECT_DOUBLE_EQ(PredictStunMs(100'000'000, 1e9, 2ms), 102.0);
+  EXPECT_DOUBLE_EQ(PredictStunMs(0, 0, 5ms), 5.0);
+  EXPECT_TRUE(std::isinf(PredictStunMs(1, 0, 0ms)));
+}
+
+TEST(SwitchoverPolicy, SwitchesWhenWithinTarget) {
+  PolicyInput in = Base();
+  in.dirty_bytes_history = {4'000'000'000, 250'000'000};
+  in.device_state_bytes = 8'000'000;
+  in.rounds_done = 2;
+  PolicyResult r = DecideSwitchover(in);
+  EXPECT_EQ(r.decision, Decision::kSwitchover);
+  EXPECT_DOUBLE_EQ(r.predicted_stun_ms, 260.0);  // (250 MB + 8 MB) / 1 GB/s + 2 ms
+  EXPECT_NE(r.reason.find("converged"), std::string::npos);
+}
+
+TEST(SwitchoverPolicy, ContinuesWhileShrinking) {
+  PolicyInput in = Base();
+  in.dirty_bytes_history = {4'000'000'000, 2'000'000'000, 1'000'000'000, 600'000'000};
+  in.rounds_done = 4;
+  EXPECT_EQ(DecideSwitchover(in).decision, Decision::kContinue);
+}
+
+TEST(SwitchoverPolicy, StalledButWithinMaxStunSwitches) {
+  PolicyInput in = Base();
+  // Dirty set stuck near 1 GB for three rounds after reaching 1 GB.
+  in.dirty_bytes_history = {4'000'000'000, 1'000'000'000, 950'000'000, 990'000'000, 1'000'000'000};
+  in.rounds_done = 5;
+  PolicyResult r = DecideSwitchover(in);
+  EXPECT_EQ(r.decision, Decision::kSwitchover);
+  EXPECT_DOUBLE_EQ(r.predicted_stun_ms, 1002.0);
+  EXPECT_NE(r.reason.find("stopped shrinking"), std::string::npos);
+}
+
+TEST(SwitchoverPolicy, StalledBeyondMaxStunAbortsWithDrainAndReplace) {
+  PolicyInput in = Base();
+  in.dirty_bytes_history = {8'000'000'000, 3'000'000'000, 3'000'000'000, 3'100'000'000, 2'900'000'000};
+  in.rounds_done = 5;
+  PolicyResult r = DecideSwitchover(in);
+  EXPECT_EQ(r.decision, Decision::kAbort);
+  EXPECT_DOUBLE_EQ(r.predicted_stun_ms, 2902.0);
+  EXPECT_NE(r.reason.find("drain-and-replace"), std::string::npos);
+}
+
+TEST(SwitchoverPolicy, RoundLimitAppliesTheMaxStunRule) {
+  PolicyInput in = Base();
+  in.max_rounds = 3;
+  in.dirty_bytes_history = {4'000'000'000, 2'000'000'000, 1'000'000'000};
+  in.rounds_done = 3;
+  PolicyResult r = DecideSwitchover(in);
+  EXPECT_EQ(r.decision, Decision::kSwitchover);
+  EXPECT_NE(r.reason.find("round limit 3"), std::string::npos);
+  in.max_stun = 500ms;
+  EXPECT_EQ(DecideSwitchover(in).decision, Decision::kAbort);
+}
+
+TEST(SwitchoverPolicy, ZeroBandwidthNeverSwitchesOnPrediction) {
+  PolicyInput in = Base();
+  in.bandwidth_bytes_per_s = 0;
+  in.dirty_bytes_history = {10};
+  in.rounds_done = 1;
+  EXPECT_EQ(DecideSwitchover(in).decision, Decision::kContinue);
+}
+
+}  // namespace
+}  // namespace gpumigrate

@@ -1,0 +1,80 @@
+#include "transport/wire/control_channel.h"
+
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+namespace gpumigrate::wire {
+
+Status SendEnvelope(Stream& stream, const v1::Envelope& env) {
+  std::string body;
+  if (!env.SerializeToString(&body)) return Internal("control channel: serialize failed");
+  if (body.size() > kMaxControlMessageBytes) {
+    return Internal(fmt::format("control channel: send failed: message of {} bytes exceeds the {} byte limit",
+                                body.size(), kMaxControlMessageBytes));
+  }
+  std::vector<std::byte> buf(4 + body.size());
+  uint32_t n = static_cast<uint32_t>(body.size());
+  for (int i = 0; i < 4; ++i) buf[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+  std::memcpy(buf.data() + 4, body.data(), body.size());
+  return stream.WriteAll(buf).WithContext(fmt::format("control channel: send {}", EnvelopeKind(env)));
+}
+
+Result<v1::Envelope> RecvEnvelope(Stream& stream) {
+  std::byte len_bytes[4];
+  GM_RETURN_IF_ERROR(stream.ReadExact(len_bytes).WithContext("control channel: receive"));
+  uint32_t n = 0;
+  for (int i = 0; i < 4; ++i) n |= uint32_t{std::to_integer<uint8_t>(len_bytes[i])} << (8 * i);
+  if (n > kMaxControlMessageBytes) {
+    return Corrupt(fmt::format("control channel: receive failed: length prefix {} exceeds the {} byte limit", n,
+                               kMaxControlMessageBytes));
+  }
+  std::string body(n, '\0');
+  GM_RETURN_IF_ERROR(stream.ReadExact(std::as_writable_bytes(std::span(body))).WithContext("control channel: receive"));
+  v1::Envelope env;
+  if (!env.ParseFromString(body)) {
+    return Corrupt(fmt::format("control channel: receive failed: {} byte message does not decode", n));
+  }
+  if (env.msg_case() == v1::Envelope::MSG_NOT_SET) {
+    return Corrupt("control channel: receive failed: message of unknown or unset kind");
+  }
+  if (env.has_manifest()) {
+    if (env.manifest().cipher() == v1::CIPHER_UNSPECIFIED) {
+      return Corrupt("control channel: receive failed: Manifest.cipher is unspecified");
+    }
+    for (const auto& r : env.manifest().regions()) {
+      if (r.hint() == v1::REGION_HINT_UNSPECIFIED) {
+        return Corrupt(fmt::format("control channel: receive failed: Manifest region {} hint is unspecified", r.id()));
+      }
+    }
+  }
+  return env;
+}
+
+Status CheckHello(const v1::Hello& hello) {
+  uint32_t v = hello.protocol_version();
+  if (v < kOldestProtocolVersion || v > kProtocolVersion) {
+    return InvalidArgument(fmt::format(
+        "handshake failed: peer speaks protocol version {}, this build speaks version {} and accepts {}..{}", v,
+        kProtocolVersion, kOldestProtocolVersion, kProtocolVersion));
+  }
+  return Status::Ok();
+}
+
+std::string EnvelopeKind(const v1::Envelope& env) {
+  switch (env.msg_case()) {
+    case v1::Envelope::kHello: return "Hello";
+    case v1::Envelope::kManifest: return "Manifest";
+    case v1::Envelope::kReady: return "Ready";
+    case v1::Envelope::kRoundEnd: return "RoundEnd";
+    case v1::Envelope::kPrepare: return "Prepare";
+    case v1::Envelope::kPrepared: return "Prepared";
+    case v1::Envelope::kCommit: return "Commit";
+    case v1::Envelope::kRunning: return "Running";
+    case v1::Envelope::kAbort: return "Abort";
+    default: return "unknown";
+  }
+}
+
+}  // namespace gpumigrate::wire
