@@ -47,6 +47,7 @@ class Destination {
   Status Handshake();
   Status CheckManifest(const v1::Manifest& m);
   Status Prepare(const v1::Prepare& p);
+  Status WaitForFrames(const google::protobuf::RepeatedField<uint64_t>& counts, const char* what);
   void Receive(size_t s);
   Status ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload);
   Status Apply(const wire::FrameHeader& h, std::span<const std::byte> payload);
@@ -249,26 +250,32 @@ void Destination::Receive(size_t s) {
   }
 }
 
-Status Destination::Prepare(const v1::Prepare& p) {
-  if (static_cast<size_t>(p.frames_per_stream_size()) != streams_.data.size()) {
-    return Corrupt(fmt::format("Prepare lists {} streams, the session has {}", p.frames_per_stream_size(),
+// Waits until exactly `counts[s]` frames have been applied on each data stream.
+Status Destination::WaitForFrames(const google::protobuf::RepeatedField<uint64_t>& counts, const char* what) {
+  if (static_cast<size_t>(counts.size()) != streams_.data.size()) {
+    return Corrupt(fmt::format("the source counts frames on {} streams, the session has {}", counts.size(),
                                streams_.data.size()));
   }
-  // Every frame the source sent must have been applied first.
   GM_RETURN_IF_ERROR(box_.WaitFor(
       [&] {
         for (size_t s = 0; s < streams_.data.size(); ++s) {
-          if (frames_[s].load() < p.frames_per_stream(static_cast<int>(s))) return false;
+          if (frames_[s].load() < counts[static_cast<int>(s)]) return false;
         }
         return true;
       },
-      Clock::now() + opt_.peer_timeout, opt_.cancel, "the last frames"));
+      Clock::now() + opt_.peer_timeout, opt_.cancel, what));
   for (size_t s = 0; s < streams_.data.size(); ++s) {
-    if (frames_[s].load() != p.frames_per_stream(static_cast<int>(s))) {
+    if (frames_[s].load() != counts[static_cast<int>(s)]) {
       return Corrupt(fmt::format("data stream {} carried {} frames, the source sent {}", s, frames_[s].load(),
-                                 p.frames_per_stream(static_cast<int>(s))));
+                                 counts[static_cast<int>(s)]));
     }
   }
+  return Status::Ok();
+}
+
+Status Destination::Prepare(const v1::Prepare& p) {
+  // Every frame the source sent must have been applied first.
+  GM_RETURN_IF_ERROR(WaitForFrames(p.frames_per_stream(), "the last frames"));
   if (static_cast<size_t>(p.digests_size()) != regions_.size()) {
     return Corrupt(fmt::format("Prepare has {} digests for {} regions", p.digests_size(), regions_.size()));
   }
@@ -353,8 +360,15 @@ MigrationReport Destination::Run() {
                   phase, false);
     }
     if (env->has_round_end() && !prepared_) {
-      rounds = env->round_end().round() + 1;
-      Phase(Phase::kRoundEnd, env->round_end().round());
+      const auto& end = env->round_end();
+      rounds = end.round() + 1;
+      if (Status st = WaitForFrames(end.frames_per_stream(), "the round's frames"); !st.ok()) {
+        return Fail(st, phase, true);
+      }
+      v1::Envelope applied;
+      applied.mutable_round_applied()->set_round(end.round());
+      if (Status st = wire::SendEnvelope(*streams_.control, applied); !st.ok()) return Fail(st, phase, true);
+      Phase(Phase::kRoundEnd, end.round());
       continue;
     }
     if (env->has_prepare() && !prepared_) {

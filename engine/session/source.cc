@@ -46,6 +46,18 @@ v1::RegionHint ToWire(RegionHint h) {
   }
 }
 
+// End-to-end bandwidth of the most recent rounds, enough of them to make 64 MiB
+// (or all of them): recent rounds see the conditions the stun will see.
+double MeasuredBandwidth(const std::vector<RoundReport>& rounds) {
+  double bytes = 0, ms = 0;
+  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
+    bytes += static_cast<double>(it->bytes);
+    ms += it->ms;
+    if (bytes >= 64.0 * (1 << 20)) break;
+  }
+  return ms > 0 ? bytes / (ms / 1e3) : 0;
+}
+
 class Source {
  public:
   Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
@@ -377,8 +389,6 @@ MigrationReport Source::Run() {
 
   std::vector<uint64_t> dirty_history;
   uint32_t round = 0;
-  uint64_t precopy_bytes = 0;
-  Clock::time_point precopy_start = Clock::now();
   PolicyResult decision;
   while (true) {
     Phase(Phase::kRoundStart, round);
@@ -392,17 +402,19 @@ MigrationReport Source::Run() {
     if (Status st = wire::SendEnvelope(*streams_.control, end); !st.ok()) {
       return Fail(st, fmt::format("pre-copy round {}", round));
     }
+    // Wait until the destination has applied the round: rounds are timed end to
+    // end, and nothing is left in flight to lengthen a stun.
+    if (auto r = Await(v1::Envelope::kRoundApplied, "RoundApplied"); !r.ok()) {
+      return Fail(r.status(), fmt::format("pre-copy round {}", round));
+    }
     rr.ms = MsBetween(rs, Clock::now());
-    precopy_bytes += rr.bytes;
     report_.rounds.push_back(rr);
     Phase(Phase::kRoundEnd, round);
 
     uint64_t dirty = 0;
     if (Status st = SyncAll(&dirty); !st.ok()) return Fail(st, fmt::format("pre-copy round {}", round));
     dirty_history.push_back(dirty);
-    // Bandwidth: the last round when it was big enough to time, else the average so far.
-    double avg = static_cast<double>(precopy_bytes) / std::max(1e-6, MsBetween(precopy_start, Clock::now()) / 1e3);
-    double bw = (rr.bytes >= (16u << 20) && rr.ms > 0) ? static_cast<double>(rr.bytes) / (rr.ms / 1e3) : avg;
+    double bw = MeasuredBandwidth(report_.rounds);
     report_.bandwidth_bytes_per_s = bw;
 
     PolicyInput in;

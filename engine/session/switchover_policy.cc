@@ -13,6 +13,16 @@ double PredictStunMs(uint64_t bytes, double bandwidth_bytes_per_s, std::chrono::
   return static_cast<double>(bytes) / bandwidth_bytes_per_s * 1e3 + fixed_ms;
 }
 
+std::string_view StopReasonName(StopReason r) {
+  switch (r) {
+    case StopReason::kNone: return "none";
+    case StopReason::kConverged: return "converged";
+    case StopReason::kNotShrinking: return "not shrinking";
+    case StopReason::kRoundLimit: return "round limit";
+  }
+  return "none";
+}
+
 PolicyResult DecideSwitchover(const PolicyInput& in) {
   PolicyResult r;
   uint64_t dirty = in.dirty_bytes_history.empty() ? 0 : in.dirty_bytes_history.back();
@@ -22,6 +32,7 @@ PolicyResult DecideSwitchover(const PolicyInput& in) {
 
   if (r.predicted_stun_ms <= target_ms) {
     r.decision = Decision::kSwitchover;
+    r.stop = StopReason::kConverged;
     r.reason = fmt::format("converged: predicted stun {:.1f} ms is within the {:.0f} ms target", r.predicted_stun_ms,
                            target_ms);
     return r;
@@ -38,12 +49,17 @@ PolicyResult DecideSwitchover(const PolicyInput& in) {
     r.reason = "dirty set still shrinking";
     return r;
   }
-  std::string why = limit ? fmt::format("round limit {} reached", in.max_rounds)
-                          : std::string("dirty set stopped shrinking");
+  r.stop = stalled ? StopReason::kNotShrinking : StopReason::kRoundLimit;
+  std::string why = stalled ? std::string("dirty set stopped shrinking")
+                            : fmt::format("round limit {} reached", in.max_rounds);
   if (r.predicted_stun_ms <= max_ms) {
     r.decision = Decision::kSwitchover;
     r.reason = fmt::format("{}: predicted stun {:.1f} ms exceeds the {:.0f} ms target but is within max stun {:.0f} ms",
                            why, r.predicted_stun_ms, target_ms, max_ms);
+  } else if (in.switch_when_not_converging) {
+    r.decision = Decision::kSwitchover;
+    r.reason = fmt::format("{}: predicted stun {:.1f} ms exceeds max stun {:.0f} ms; switching anyway as the policy asks",
+                           why, r.predicted_stun_ms, max_ms);
   } else {
     r.decision = Decision::kAbort;
     r.reason = fmt::format("{}: predicted stun {:.1f} ms exceeds max stun {:.0f} ms; recommend drain-and-replace", why,

@@ -14,11 +14,15 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gpumigrate {
 
 struct PolicyInput {
+  // When rounds stop shrinking and the stun would exceed max_stun: switch over
+  // anyway (the user accepts the longer stun) instead of aborting.
+  bool switch_when_not_converging = false;
   std::vector<uint64_t> dirty_bytes_history;  // dirty set found after each completed round, in order
   uint64_t device_state_bytes = 0;
   double bandwidth_bytes_per_s = 0;
@@ -30,9 +34,12 @@ struct PolicyInput {
 };
 
 enum class Decision { kContinue, kSwitchover, kAbort };
+enum class StopReason { kNone, kConverged, kNotShrinking, kRoundLimit };
+std::string_view StopReasonName(StopReason r);  // "converged", "not shrinking", "round limit"
 
 struct PolicyResult {
   Decision decision = Decision::kContinue;
+  StopReason stop = StopReason::kNone;
   double predicted_stun_ms = 0;
   std::string reason;
 };

@@ -73,6 +73,7 @@ std::string EnvelopeKind(const v1::Envelope& env) {
     case v1::Envelope::kCommit: return "Commit";
     case v1::Envelope::kRunning: return "Running";
     case v1::Envelope::kAbort: return "Abort";
+    case v1::Envelope::kRoundApplied: return "RoundApplied";
     default: return "unknown";
   }
 }

@@ -1,0 +1,126 @@
+// ProfileDevice: the dry run's measurements. Syncs the device's dirty tracker
+// every interval; level j ORs 2^j consecutive syncs, so each full accumulator is
+// one sample of W(2^j * interval) (its window measured on the clock).
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "gpumigrate/dirty_tracker.h"
+#include "gpumigrate/estimator.h"
+
+namespace gpumigrate {
+namespace {
+
+bool IsZeroPage(const std::vector<std::byte>& page) {
+  return std::all_of(page.begin(), page.end(), [](std::byte b) { return b == std::byte{0}; });
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Level {
+  std::vector<DirtyBitmap> acc;  // per region
+  uint32_t syncs = 0;
+  Clock::TimePoint start{};
+  std::vector<std::vector<double>> samples;  // per region: bytes
+  std::vector<double> windows_s;
+};
+
+}  // namespace
+
+Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Clock& clock) {
+  if (device.State() != DeviceState::kRunning) {
+    return FailedPrecondition(fmt::format("estimator: dry run failed: device is {}, expected RUNNING",
+                                          DeviceStateName(device.State())));
+  }
+  DirtyTracker* tracker = device.Tracker();
+  if (tracker == nullptr) return Unimplemented("estimator: dry run failed: the device has no dirty tracker");
+  if (opt.interval.count() <= 0 || opt.sample < opt.interval) {
+    return InvalidArgument("estimator: the sampling window must be at least one sync interval long");
+  }
+  const auto& regions = device.Regions();
+  DeviceProfile prof;
+  prof.device = device.Describe();
+  prof.device_state_bytes = device.Pending().stop_copy_bytes;
+
+  // Non-zero fraction from evenly spread pages.
+  for (const RegionInfo& r : regions) {
+    RegionProfile rp;
+    rp.info = r;
+    uint64_t n = std::min<uint64_t>(r.pages(), opt.pages_sampled_per_region);
+    uint64_t nonzero = 0;
+    std::vector<std::byte> page;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t p = i * r.pages() / n;
+      page.resize(std::min<uint64_t>(r.page_size, r.size_bytes - p * r.page_size));
+      GM_RETURN_IF_ERROR(device.Read(r.id, p * r.page_size, page).WithContext("estimator: sample pages"));
+      if (!IsZeroPage(page)) ++nonzero;
+    }
+    rp.nonzero_fraction = n ? static_cast<double>(nonzero) / static_cast<double>(n) : 0;
+    prof.regions.push_back(std::move(rp));
+  }
+
+  // Levels 0..L-1 with 2^(L-1) intervals fitting the window at least once.
+  const uint64_t total_syncs = static_cast<uint64_t>(opt.sample / opt.interval);
+  uint32_t levels = 1;
+  while ((uint64_t{1} << levels) <= total_syncs && levels < 16) ++levels;
+  std::vector<Level> lv(levels);
+  GM_RETURN_IF_ERROR(tracker->Start().WithContext("estimator: start dirty tracking"));
+  Clock::TimePoint t0 = clock.Now();
+  for (auto& l : lv) {
+    for (const RegionInfo& r : regions) l.acc.emplace_back(r.pages());
+    l.samples.resize(regions.size());
+    l.start = t0;
+  }
+  std::vector<DirtyBitmap> fresh;
+  for (const RegionInfo& r : regions) fresh.emplace_back(r.pages());
+  Clock::TimePoint next = t0;
+  for (uint64_t s = 0; s < total_syncs; ++s) {
+    next += opt.interval;
+    clock.SleepUntil(next);
+    Clock::TimePoint now = clock.Now();
+    for (size_t i = 0; i < regions.size(); ++i) {
+      fresh[i].ClearAll();
+      Status st = tracker->Sync(regions[i].id, fresh[i]);
+      if (!st.ok()) {
+        (void)tracker->Stop();
+        return st.WithContext("estimator: dirty sync");
+      }
+    }
+    for (uint32_t j = 0; j < levels; ++j) {
+      Level& l = lv[j];
+      for (size_t i = 0; i < regions.size(); ++i) l.acc[i].OrWith(fresh[i]);
+      if (++l.syncs == (uint32_t{1} << j)) {
+        l.windows_s.push_back(std::chrono::duration<double>(now - l.start).count());
+        for (size_t i = 0; i < regions.size(); ++i) {
+          l.samples[i].push_back(static_cast<double>(l.acc[i].Count()) * regions[i].page_size);
+          l.acc[i].ClearAll();
+        }
+        l.syncs = 0;
+        l.start = now;
+      }
+    }
+  }
+  GM_RETURN_IF_ERROR(tracker->Stop().WithContext("estimator: stop dirty tracking"));
+  prof.sample_s = std::chrono::duration<double>(clock.Now() - t0).count();
+  prof.syncs = static_cast<uint32_t>(total_syncs);
+
+  for (size_t i = 0; i < regions.size(); ++i) {
+    WorkingSetCurve& c = prof.regions[i].dirty;
+    for (const Level& l : lv) {
+      if (l.samples[i].empty()) continue;
+      const auto& v = l.samples[i];
+      c.window_s.push_back(Median(l.windows_s));
+      c.low_bytes.push_back(*std::min_element(v.begin(), v.end()));
+      c.mid_bytes.push_back(Median(v));
+      c.high_bytes.push_back(*std::max_element(v.begin(), v.end()));
+    }
+  }
+  return prof;
+}
+
+}  // namespace gpumigrate

@@ -1,0 +1,26 @@
+#include <algorithm>
+
+#include "gpumigrate/estimator.h"
+
+namespace gpumigrate {
+
+double WorkingSetCurve::Eval(double t, Bound b, double cap) const {
+  const std::vector<double>& y = b == Bound::kLow ? low_bytes : b == Bound::kMid ? mid_bytes : high_bytes;
+  const std::vector<double>& x = window_s;
+  if (x.empty() || t <= 0) return 0;
+  double v;
+  if (t <= x.front()) {
+    v = y.front() * t / x.front();
+  } else if (t >= x.back()) {
+    double slope = 0;
+    if (x.size() >= 2) slope = std::max(0.0, (y.back() - y[y.size() - 2]) / (x.back() - x[x.size() - 2]));
+    v = y.back() + slope * (t - x.back());
+  } else {
+    size_t i = static_cast<size_t>(std::upper_bound(x.begin(), x.end(), t) - x.begin());
+    double f = (t - x[i - 1]) / (x[i] - x[i - 1]);
+    v = y[i - 1] + f * (y[i] - y[i - 1]);
+  }
+  return std::min(v, cap);
+}
+
+}  // namespace gpumigrate

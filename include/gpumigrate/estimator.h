@@ -1,0 +1,109 @@
+// Stun-time estimator: measure a device without moving anything (a dry run),
+// then simulate the pre-copy rounds the engine would run and predict rounds,
+// bytes, total time and stun, each with a range, and a decision for automation:
+// live-migrate, drain-and-replace, or cannot-converge.
+//
+// Measurement (ProfileDevice): the device's own dirty tracker is synced every
+// `interval` for `sample`; OR-ing 1, 2, 4, ... consecutive syncs gives samples of
+// the dirty working-set curve W(t), the bytes dirtied within a window of length
+// t, per region. Sampled pages give the non-zero fraction (zero pages are skipped
+// in round 0). Nothing is sent.
+//
+// Model (Predict): round 0 sends the non-zero bytes; round k sends what was
+// dirtied during round k-1, W(T_{k-1}); each round lasts bytes / bandwidth. After
+// each round the engine's own switchover rule (DecideSwitchover) decides, so the
+// prediction and the engine agree. The range comes from running the model with
+// the lowest W and highest bandwidth (low) and the highest W and lowest
+// bandwidth (high). Pure: no clock, no I/O.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpumigrate/clock.h"
+#include "gpumigrate/device.h"
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+
+// W(t) for one region: for each window length, the lowest, median and highest
+// bytes dirtied in any observed window of that length.
+struct WorkingSetCurve {
+  std::vector<double> window_s;
+  std::vector<double> low_bytes, mid_bytes, high_bytes;
+  enum class Bound { kLow, kMid, kHigh };
+  // Piecewise linear between samples, proportional below the first, extended
+  // along the last segment's slope beyond the last, capped at `cap_bytes`.
+  double Eval(double t_s, Bound b, double cap_bytes) const;
+};
+
+struct RegionProfile {
+  RegionInfo info;
+  double nonzero_fraction = 1.0;   // of pages, sampled
+  double compression_ratio = 1.0;  // raw / wire bytes; 1 until a codec exists
+  WorkingSetCurve dirty;
+};
+
+struct DeviceProfile {
+  std::string device;
+  std::vector<RegionProfile> regions;
+  uint64_t device_state_bytes = 0;
+  double sample_s = 0;
+  uint32_t syncs = 0;
+};
+
+struct SampleOptions {
+  std::chrono::nanoseconds sample = std::chrono::seconds(2);
+  std::chrono::nanoseconds interval = std::chrono::milliseconds(10);
+  uint32_t pages_sampled_per_region = 512;
+};
+
+// Observes `device` (which must be RUNNING and not being migrated) for
+// options.sample. Uses and stops the device's dirty tracker.
+Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& options, Clock& clock);
+
+struct ModelParams {
+  double bandwidth_low = 0, bandwidth_mid = 0, bandwidth_high = 0;  // bytes/s
+  std::chrono::nanoseconds fixed_cost{0};
+  std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
+  std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
+  uint32_t max_rounds = 30;
+};
+
+enum class EstimateDecision { kLiveMigrate, kDrainAndReplace, kCannotConverge };
+std::string_view EstimateDecisionName(EstimateDecision d);  // "live-migrate", ...
+
+struct PredictedRound {
+  uint32_t round = 0;
+  double bytes = 0;
+  double seconds = 0;
+};
+
+struct ModelRun {
+  std::vector<PredictedRound> rounds;  // pre-copy rounds
+  double final_bytes = 0;              // sent during the stun (dirty set + device state)
+  double stun_ms = 0;
+  double total_ms = 0;                 // pre-copy + stun
+  std::string stop_reason;             // converged | not shrinking | round limit
+  bool switches = false;               // the engine's rule would switch over
+  std::string policy_reason;
+};
+
+struct Prediction {
+  ModelRun mid, low, high;
+  EstimateDecision decision = EstimateDecision::kLiveMigrate;
+  std::string explanation;
+};
+
+ModelRun RunModel(const DeviceProfile& profile, const ModelParams& params, WorkingSetCurve::Bound w, double bandwidth);
+Prediction Predict(const DeviceProfile& profile, const ModelParams& params);
+
+// Scales a profile to another device size: every region by size/current, and
+// (when scale_dirty) every dirty curve by the same factor. The assumptions are
+// written to `assumptions`.
+DeviceProfile ProjectProfile(const DeviceProfile& profile, uint64_t device_bytes, bool scale_dirty,
+                             std::vector<std::string>* assumptions);
+
+}  // namespace gpumigrate
