@@ -7,6 +7,7 @@
 namespace gpumigrate {
 
 Status FaultStream::WriteAll(std::span<const std::byte> data) {
+  if (blackhole_.load()) return Status::Ok();
   uint64_t start = written_.load();
   uint64_t end = start + data.size();
   if (plan_.cut_at_byte && *plan_.cut_at_byte < end) {

@@ -1,6 +1,7 @@
 // FaultStream: wraps a Stream and injects faults on the bytes written through it,
-// for tests: cut the connection at byte N, flip one bit at byte N, or cut when a
-// test calls Cut() from another thread (at a chosen protocol phase).
+// for tests: cut the connection at byte N, flip one bit at byte N, cut when a
+// test calls Cut() from another thread (at a chosen protocol phase), or, after
+// Blackhole(), accept writes and deliver nothing (a network partition).
 // Counts are of bytes written through this wrapper since it was made.
 #pragma once
 
@@ -26,12 +27,14 @@ class FaultStream final : public Stream {
   Status ReadExact(std::span<std::byte> out) override { return inner_->ReadExact(out); }
   void Close() override { inner_->Close(); }
   void Cut() { inner_->Close(); }
+  void Blackhole() { blackhole_ = true; }
   uint64_t bytes_written() const { return written_.load(); }
 
  private:
   std::unique_ptr<Stream> inner_;
   FaultPlan plan_;
   std::atomic<uint64_t> written_{0};
+  std::atomic<bool> blackhole_{false};
 };
 
 }  // namespace gpumigrate

@@ -148,9 +148,19 @@ TEST(AbortPhases, CancelledByTheUser) {
 
 TEST(AbortPhases, BetweenCommitAndRunningIsInDoubtWithBothStopped) {
   Faulty f;
-  f.opt.destination.on_phase = [&](Phase p, uint32_t) {
-    if (p == Phase::kPreparedSent) f.dst_streams.control->Close();
+  // A partition right after Prepared: Commit never arrives, nothing is closed.
+  FaultStream* control = nullptr;
+  f.opt.wrap_source_end = [&](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
+    if (index != -1) return s;
+    auto fs = std::make_unique<FaultStream>(std::move(s), FaultPlan{});
+    control = fs.get();
+    return fs;
   };
+  f.opt.source.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kPreparedReceived) control->Blackhole();
+  };
+  f.opt.source.peer_timeout = 500ms;
+  f.opt.destination.peer_timeout = 1s;
   auto res = MigrateLocally(*f.src, *f.dst, f.opt);
   EXPECT_EQ(res.source.outcome, Outcome::kInDoubt) << res.source.status.ToString();
   EXPECT_EQ(res.source.status.code(), StatusCode::kInDoubt);
