@@ -91,15 +91,21 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   ProgressPrinter progress(stderr);
   auto src = SimDevice::Create(*spec, SimRole::kSource);
   if (!src.ok()) return UsageError(src.status());
-  auto dst = SimDevice::Create(*spec, SimRole::kDestination);
-  if (!dst.ok()) return UsageError(dst.status());
   SimDevice& source = **src;
-  SimDevice& dest = **dst;
   uint64_t device_bytes = 0;
   for (const auto& r : source.Regions()) device_bytes += r.size_bytes;
   progress.Note(fmt::format("source: {} ({}), workload running", source.Describe(),
                             FormatBytes(static_cast<double>(device_bytes))));
-  std::this_thread::sleep_for(*warmup);
+  // The workload warms up while the destination allocates its memory.
+  auto t_alloc = std::chrono::steady_clock::now();
+  auto dst = SimDevice::Create(*spec, SimRole::kDestination);
+  if (!dst.ok()) return UsageError(dst.status());
+  SimDevice& dest = **dst;
+  auto alloc_time = std::chrono::steady_clock::now() - t_alloc;
+  progress.Note(fmt::format("destination: {} of device memory allocated in {:.2f} s",
+                            FormatBytes(static_cast<double>(device_bytes)),
+                            std::chrono::duration<double>(alloc_time).count()));
+  if (alloc_time < *warmup) std::this_thread::sleep_for(*warmup - alloc_time);
   progress.Note(fmt::format("migrating over {} in-process data stream{}{}", f.streams, f.streams == 1 ? "" : "s",
                             f.bandwidth.empty() ? "" : ", capped at " + f.bandwidth));
   opt.source.on_progress = [&](const Progress& p) { progress.Update(p); };

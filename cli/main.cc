@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/demo_command.h"
+#include "cli/estimate_command.h"
 
 namespace {
 
@@ -40,6 +41,9 @@ int main(int argc, char** argv) {
 
   gpumigrate::cli::DemoFlags demo;
   CLI::App* demo_cmd = gpumigrate::cli::AddDemoCommand(app, demo);
+
+  gpumigrate::cli::EstimateFlags estimate;
+  CLI::App* estimate_cmd = gpumigrate::cli::AddEstimateCommand(app, estimate);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -69,5 +73,6 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   if (*demo_cmd) return gpumigrate::cli::RunDemo(demo, g_cancel);
+  if (*estimate_cmd) return gpumigrate::cli::RunEstimate(estimate);
   return 2;
 }

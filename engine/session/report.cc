@@ -66,6 +66,10 @@ std::string ReportToJson(const MigrationReport& r) {
     j["predicted_stun_ms"] = nullptr;
   }
   j["switchover_reason"] = r.switchover_reason;
+  if (r.dry_run) {
+    j["dry_run"] = true;
+    j["would_switch"] = r.would_switch;
+  }
   j["device"] = r.device;
   j["device_bytes"] = r.device_bytes;
   if (!r.status.ok()) {

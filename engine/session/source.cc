@@ -102,6 +102,7 @@ class Source {
   }
   MigrationReport Fail(Status st, const std::string& phase);
   MigrationReport InDoubt(Status st, const std::string& phase);
+  MigrationReport FinishProbe(const PolicyResult& decision);
 
   Device& dev_;
   SessionStreams streams_;
@@ -340,6 +341,30 @@ MigrationReport Source::Fail(Status st, const std::string& phase) {
   return report_;
 }
 
+// The probe ends where the switchover decision is made: abort on purpose; the
+// source never stopped, the destination discards what it received.
+MigrationReport Source::FinishProbe(const PolicyResult& decision) {
+  v1::Envelope abort;
+  abort.mutable_abort()->set_reason("dry run complete: the probe stops before switchover");
+  abort.mutable_abort()->set_phase("dry run");
+  (void)wire::SendEnvelope(*streams_.control, abort);
+  CloseAll();
+  if (tracking_) (void)tracker_->Stop();
+  tracking_ = false;
+  report_.dry_run = true;
+  report_.would_switch = decision.decision == Decision::kSwitchover;
+  report_.predicted_stun_ms = decision.predicted_stun_ms;
+  report_.switchover_reason = decision.reason;
+  report_.outcome = Outcome::kAborted;
+  report_.failed_phase.clear();
+  report_.bytes_sent = sender_->bytes_sent();
+  report_.total_ms = MsBetween(t0_, Clock::now());
+  Status back = dev_.SetState(DeviceState::kRunning);
+  report_.status = back.ok() ? Status::Ok() : back.WithContext("dry run: resuming the source failed");
+  report_.resolution = "dry run: the source kept running; the destination discarded what it received";
+  return report_;
+}
+
 MigrationReport Source::InDoubt(Status st, const std::string& phase) {
   CloseAll();
   if (tracking_) (void)tracker_->Stop();
@@ -426,7 +451,9 @@ MigrationReport Source::Run() {
     in.downtime_target = opt_.downtime_target;
     in.max_stun = opt_.max_stun;
     in.fixed_cost = opt_.switchover_fixed_cost;
+    in.switch_when_not_converging = opt_.switch_when_not_converging;
     decision = DecideSwitchover(in);
+    if (opt_.dry_run && decision.decision != Decision::kContinue) return FinishProbe(decision);
     if (decision.decision == Decision::kSwitchover) break;
     if (decision.decision == Decision::kAbort) {
       report_.predicted_stun_ms = decision.predicted_stun_ms;

@@ -106,4 +106,32 @@ Prediction Predict(const DeviceProfile& profile, const ModelParams& params);
 DeviceProfile ProjectProfile(const DeviceProfile& profile, uint64_t device_bytes, bool scale_dirty,
                              std::vector<std::string>* assumptions);
 
+// A whole estimate: measure, pick the bandwidth, predict; what `gpumigrate
+// estimate` prints and what the probe run compares against.
+struct EstimateOptions {
+  SampleOptions sample;
+  double link_bytes_per_s = 0;  // 0: the calibrated in-process pipeline
+  std::string link_text;        // as the user wrote it, for the report
+  std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
+  std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
+  uint32_t max_rounds = 30;
+  uint64_t project_bytes = 0;   // 0: no projection
+  bool project_scale_dirty = true;
+  bool recalibrate = false;
+};
+
+struct EstimateReport {
+  DeviceProfile measured;
+  DeviceProfile modelled;  // == measured unless projected
+  ModelParams params;
+  Prediction prediction;
+  std::string link_source;
+  std::string calibration_path, calibration_time;
+  bool calibrated_now = false;
+  std::vector<std::string> assumptions;
+};
+
+Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& options, Clock& clock);
+std::string EstimateToJson(const EstimateReport& r);
+
 }  // namespace gpumigrate

@@ -41,6 +41,8 @@ struct MigrationReport {
   double predicted_stun_ms = -1;     // at the switchover decision; < 0 when none was made
   std::string switchover_reason;
   std::string resolution;            // what an operator must do (in doubt, aborted)
+  bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
+  bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };
 
 // One JSON object (a line, no trailing newline) with the CLI contract's keys.

@@ -77,6 +77,12 @@ struct SourceOptions {
   double bandwidth_limit_bytes_per_s = 0;            // 0: unlimited
   uint32_t max_frame_payload_bytes = 1 << 20;
   bool verify_full = false;                          // re-read the source at stop and compare (lengthens the stun)
+  // When rounds stop shrinking and the stun would exceed max_stun: switch anyway
+  // (true) or abort and recommend drain-and-replace (false).
+  bool switch_when_not_converging = false;
+  // Probe: pre-copy for real until the switchover decision, then abort cleanly
+  // (the source never stops; the destination discards) and report the rounds.
+  bool dry_run = false;
   std::chrono::nanoseconds peer_timeout = 60s;       // for each reply from the destination
   uint64_t session_id = 0;                           // 0: pick a random one
   const std::atomic<bool>* cancel = nullptr;         // set to abort (Ctrl-C); borrowed

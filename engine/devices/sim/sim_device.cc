@@ -24,6 +24,13 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t kWeights = 0, kKv = 1, kAct = 2, kFree = 3;
 constexpr char kStateMagic[8] = {'G', 'M', 'S', 'I', 'M', 'S', 'T', '1'};
 
+// Faults a fresh mapping in (zero-filled) by writing one byte per 4 KiB page.
+// Measured here: three times faster than MADV_POPULATE_WRITE, which does not
+// seem to take the huge-page path.
+void Prefault(std::byte* mem, uint64_t bytes) {
+  for (uint64_t off = 0; off < bytes; off += 4096) reinterpret_cast<volatile char*>(mem)[off] = 0;
+}
+
 struct SimRegion {
   RegionInfo info;
   ContentKind kind = ContentKind::kZero;
@@ -104,9 +111,11 @@ class SimDeviceImpl final : public SimDevice {
         void* m = mmap(nullptr, l.bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED) return Status::FromErrno(errno, fmt::format("sim device: map {} bytes for region {}", l.bytes, l.name));
         r.mem = static_cast<std::byte*>(m);
-        // Huge pages make first touch of received memory far cheaper (one fault per
-        // 2 MiB); harmless where THP is off.
+        // A GPU's memory exists before data arrives; host memory standing in for it
+        // is faulted in now, so migrations measure the transfer, not this VM's page
+        // faults (about 0.25 GB/s with 4 KiB pages, 1.4 GB/s with huge pages here).
         (void)madvise(m, l.bytes, MADV_HUGEPAGE);
+        Prefault(r.mem, l.bytes);
       }
       infos_.push_back(r.info);
     }

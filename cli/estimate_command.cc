@@ -1,0 +1,159 @@
+#include "cli/estimate_command.h"
+
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gpumigrate/sim.h"
+#include "gpumigrate/units.h"
+
+namespace gpumigrate::cli {
+
+CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
+  auto* c = app.add_subcommand(
+      "estimate",
+      "Dry run: observe the device's dirty working set and data without sending anything, then predict the pre-copy "
+      "rounds, total time and stun (with ranges) and decide: live-migrate, drain-and-replace or cannot-converge.");
+  c->add_option("--device", f.device, "Device spec (sim:llm or sim:key=value,...; see `gpumigrate help demo`)")
+      ->capture_default_str();
+  c->add_option("--link", f.link,
+                "Link speed to assume, e.g. 25Gbit or 2GiB/s (default: the in-process pipeline's calibrated rate)");
+  c->add_option("--sample", f.sample, "How long to observe the workload")->capture_default_str();
+  c->add_option("--interval", f.interval, "Dirty-log sync interval while observing (the shortest window of W(t))")
+      ->capture_default_str();
+  c->add_option("--downtime-target", f.downtime_target, "Switch over once the predicted stun is within this")
+      ->capture_default_str();
+  c->add_option("--max-stun", f.max_stun, "Longest acceptable stun; above it, drain-and-replace is recommended")
+      ->capture_default_str();
+  c->add_option("--max-rounds", f.max_rounds, "Most pre-copy rounds the engine runs")->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  c->add_option("--project", f.project,
+                "Apply the measured per-region behaviour to a device of this size, e.g. 8x80GB or 640GB (use with "
+                "--link); every assumption is printed");
+  c->add_option("--project-dirty", f.project_dirty,
+                "With --project: scale the dirty working sets with the size (scale) or keep them as measured (same)")
+      ->check(CLI::IsMember({"scale", "same"}))
+      ->capture_default_str();
+  c->add_option("--warmup", f.warmup, "Let the workload run this long before observing")->capture_default_str();
+  c->add_flag("--recalibrate", f.recalibrate, "Measure the fixed switchover cost and in-process bandwidth again");
+  c->add_flag("--json", f.json, "Print one JSON object on stdout");
+  return c;
+}
+
+Result<uint64_t> ParseProjectedSize(const std::string& text) {
+  size_t x = text.find_first_of("xX*");
+  if (x == std::string::npos) return ParseSize(text);
+  uint64_t count = 0;
+  try {
+    size_t used = 0;
+    count = std::stoull(text.substr(0, x), &used);
+    if (used != x || count == 0) throw std::invalid_argument("count");
+  } catch (...) {
+    return InvalidArgument(fmt::format("--project: '{}' should be SIZE or COUNTxSIZE, e.g. 8x80GB", text));
+  }
+  GM_ASSIGN_OR_RETURN(uint64_t each, ParseSize(text.substr(x + 1)));
+  return count * each;
+}
+
+Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
+  EstimateOptions o;
+  GM_ASSIGN_OR_RETURN(o.sample.sample, ParseDuration(f.sample));
+  GM_ASSIGN_OR_RETURN(o.sample.interval, ParseDuration(f.interval));
+  if (o.sample.interval.count() <= 0 || o.sample.sample < o.sample.interval) {
+    return InvalidArgument("--sample must be at least one --interval long");
+  }
+  GM_ASSIGN_OR_RETURN(o.downtime_target, ParseDuration(f.downtime_target));
+  GM_ASSIGN_OR_RETURN(o.max_stun, ParseDuration(f.max_stun));
+  o.max_rounds = f.max_rounds;
+  if (!f.link.empty()) {
+    GM_ASSIGN_OR_RETURN(o.link_bytes_per_s, ParseRateBytesPerS(f.link));
+    o.link_text = f.link;
+  }
+  if (!f.project.empty()) {
+    GM_ASSIGN_OR_RETURN(o.project_bytes, ParseProjectedSize(f.project));
+    o.project_scale_dirty = f.project_dirty == "scale";
+  }
+  o.recalibrate = f.recalibrate;
+  return o;
+}
+
+namespace {
+
+std::string Range(double lo, double mid, double hi, const char* unit) {
+  return fmt::format("{:.1f} {} (range {:.1f} to {:.1f})", mid, unit, lo, hi);
+}
+
+}  // namespace
+
+void PrintEstimate(FILE* out, const EstimateReport& r) {
+  const Prediction& p = r.prediction;
+  fmt::print(out, "gpumigrate estimate: {}\n", EstimateDecisionName(p.decision));
+  fmt::print(out, "  {}\n", p.explanation);
+  fmt::print(out, "  device:     {}\n", r.modelled.device);
+  fmt::print(out, "  observed:   {:.2f} s in {} dirty-log syncs; nothing was sent\n", r.measured.sample_s,
+             r.measured.syncs);
+  fmt::print(out, "  bandwidth:  {}\n", r.link_source);
+  fmt::print(out, "  fixed switchover cost: {:.2f} ms{}\n",
+             std::chrono::duration<double, std::milli>(r.params.fixed_cost).count(),
+             r.calibrated_now ? " (calibrated just now)" : "");
+  fmt::print(out, "  {:<12} {:>10} {:>9}   dirty working set W(t), median\n", "region", "size", "non-zero");
+  for (const auto& rp : r.modelled.regions) {
+    std::string w;
+    for (size_t i = 0; i < rp.dirty.window_s.size(); i += 2) {
+      w += fmt::format("{}{:.0f}ms:{}", w.empty() ? "" : "  ", rp.dirty.window_s[i] * 1e3,
+                       FormatBytes(rp.dirty.mid_bytes[i]));
+    }
+    fmt::print(out, "  {:<12} {:>10} {:>8.0f}%   {}\n", rp.info.name, FormatBytes(static_cast<double>(rp.info.size_bytes)),
+               rp.nonzero_fraction * 100, w);
+  }
+  fmt::print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(), p.mid.stop_reason);
+  fmt::print(out, "  {:>6}  {:>12}  {:>10}\n", "round", "bytes", "ms");
+  for (const auto& x : p.mid.rounds) {
+    fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}\n", x.round, FormatBytes(x.bytes), x.seconds * 1e3);
+  }
+  fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}  (stunned)\n", "final", FormatBytes(p.mid.final_bytes), p.mid.stun_ms);
+  fmt::print(out, "  stun:       {}\n", Range(p.low.stun_ms, p.mid.stun_ms, p.high.stun_ms, "ms"));
+  fmt::print(out, "  total:      {}\n", Range(p.low.total_ms / 1e3, p.mid.total_ms / 1e3, p.high.total_ms / 1e3, "s"));
+  fmt::print(out, "  assumptions:\n");
+  for (const auto& a : r.assumptions) fmt::print(out, "    - {}\n", a);
+}
+
+int RunEstimate(const EstimateFlags& f) {
+  auto opts = MakeEstimateOptions(f);
+  auto warmup = ParseDuration(f.warmup);
+  if (!opts.ok() || !warmup.ok()) {
+    fmt::print(stderr, "gpumigrate estimate: {}\n", (!opts.ok() ? opts.status() : warmup.status()).message());
+    return 2;
+  }
+  auto spec = ParseSimSpec(f.device);
+  if (!spec.ok()) {
+    if (f.device.rfind("sim", 0) != 0) {
+      fmt::print(stderr,
+                 "gpumigrate estimate: device '{}' is not supported yet: only sim devices exist in this build\n",
+                 f.device);
+    } else {
+      fmt::print(stderr, "gpumigrate estimate: {}\n", spec.status().message());
+    }
+    return 2;
+  }
+  auto dev = SimDevice::Create(*spec, SimRole::kSource);
+  if (!dev.ok()) {
+    fmt::print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
+    return 2;
+  }
+  fmt::print(stderr, "observing {} for {} (after {} warm-up)...\n", (*dev)->Describe(), f.sample, f.warmup);
+  std::this_thread::sleep_for(*warmup);
+  auto report = EstimateDevice(**dev, *opts, SystemClock());
+  if (!report.ok()) {
+    fmt::print(stderr, "gpumigrate estimate: {}\n", report.status().message());
+    return 1;
+  }
+  if (f.json) {
+    fmt::print("{}\n", EstimateToJson(*report));
+  } else {
+    PrintEstimate(stdout, *report);
+  }
+  return 0;
+}
+
+}  // namespace gpumigrate::cli

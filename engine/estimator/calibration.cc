@@ -1,0 +1,114 @@
+#include "gpumigrate/calibration.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpumigrate/local_migration.h"
+#include "gpumigrate/sim.h"
+
+namespace gpumigrate {
+namespace {
+
+constexpr const char* kSpec = "sim:size=256MiB,static=0.75,kv=0.2,kv_fill=1,kv_rate=0,hot=64KiB,page=64KiB,step=20ms";
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+std::string NowUtc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+std::string DefaultCalibrationPath() {
+  if (const char* p = std::getenv("GPUMIGRATE_CALIBRATION"); p && *p) return p;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/gpumigrate/calibration.json";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.cache/gpumigrate/calibration.json";
+  return "/tmp/gpumigrate-calibration.json";
+}
+
+Result<Calibration> MeasureCalibration() {
+  auto spec = ParseSimSpec(kSpec);
+  if (!spec.ok()) return spec.status();
+  std::vector<double> fixed, bw;
+  for (int i = 0; i < 3; ++i) {
+    GM_ASSIGN_OR_RETURN(auto src, SimDevice::Create(*spec, SimRole::kSource));
+    GM_ASSIGN_OR_RETURN(auto dst, SimDevice::Create(*spec, SimRole::kDestination));
+    LocalMigrationOptions opt;
+    opt.source.downtime_target = std::chrono::seconds(10);
+    auto res = MigrateLocally(*src, *dst, opt);
+    if (res.source.outcome != Outcome::kCompleted) {
+      return res.source.status.WithContext("calibration: test migration failed");
+    }
+    double data_ms = 0;
+    for (const auto& [k, v] : res.source.stun_breakdown_ms) {
+      if (k == "final_data") data_ms = v;
+    }
+    fixed.push_back(res.source.stun_ms - data_ms);
+    const RoundReport& r0 = res.source.rounds.front();
+    bw.push_back(static_cast<double>(r0.bytes) / (r0.ms / 1e3));
+  }
+  Calibration c;
+  c.fixed_cost_ms = Median(fixed);
+  c.inprocess_bytes_per_s = Median(bw);
+  c.inprocess_low_bytes_per_s = *std::min_element(bw.begin(), bw.end());
+  c.inprocess_high_bytes_per_s = *std::max_element(bw.begin(), bw.end());
+  c.measured_at = NowUtc();
+  c.measured_now = true;
+  return c;
+}
+
+Result<Calibration> LoadOrCalibrate(bool force) {
+  const std::string path = DefaultCalibrationPath();
+  if (!force) {
+    std::ifstream in(path);
+    if (in) {
+      auto j = nlohmann::json::parse(in, nullptr, false);
+      if (!j.is_discarded() && j.is_object() && j.value("version", 0) == 1) {
+        Calibration c;
+        c.fixed_cost_ms = j.value("fixed_cost_ms", -1.0);
+        c.inprocess_bytes_per_s = j.value("inprocess_bytes_per_s", -1.0);
+        c.inprocess_low_bytes_per_s = j.value("inprocess_low_bytes_per_s", c.inprocess_bytes_per_s);
+        c.inprocess_high_bytes_per_s = j.value("inprocess_high_bytes_per_s", c.inprocess_bytes_per_s);
+        c.measured_at = j.value("measured_at", "");
+        c.path = path;
+        if (c.fixed_cost_ms >= 0 && c.inprocess_bytes_per_s > 0) return c;
+      }
+    }
+  }
+  GM_ASSIGN_OR_RETURN(Calibration c, MeasureCalibration());
+  c.path = path;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
+  nlohmann::ordered_json j{{"version", 1},
+                           {"fixed_cost_ms", c.fixed_cost_ms},
+                           {"inprocess_bytes_per_s", c.inprocess_bytes_per_s},
+                           {"inprocess_low_bytes_per_s", c.inprocess_low_bytes_per_s},
+                           {"inprocess_high_bytes_per_s", c.inprocess_high_bytes_per_s},
+                           {"measured_at", c.measured_at},
+                           {"method", std::string("median of 3 in-process migrations of ") + kSpec}};
+  // Written to a temporary name and renamed, so a reader never sees half a file.
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << j.dump(2) << "\n";
+    if (!out) return Status::FromErrno(errno, fmt::format("calibration: write {}", tmp));
+  }
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Internal(fmt::format("calibration: rename {} failed: {}", tmp, ec.message()));
+  return c;
+}
+
+}  // namespace gpumigrate

@@ -1,0 +1,120 @@
+// EstimateDevice: the dry run end to end (measure, choose bandwidth and fixed
+// cost, optionally project, predict) and its JSON form for automation.
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpumigrate/calibration.h"
+#include "gpumigrate/estimator.h"
+#include "gpumigrate/units.h"
+
+namespace gpumigrate {
+
+Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, Clock& clock) {
+  EstimateReport r;
+  GM_ASSIGN_OR_RETURN(Calibration cal, LoadOrCalibrate(o.recalibrate));
+  r.calibration_path = cal.path;
+  r.calibration_time = cal.measured_at;
+  r.calibrated_now = cal.measured_now;
+  GM_ASSIGN_OR_RETURN(r.measured, ProfileDevice(device, o.sample, clock));
+  r.modelled = r.measured;
+  if (o.project_bytes > 0) {
+    r.modelled = ProjectProfile(r.measured, o.project_bytes, o.project_scale_dirty, &r.assumptions);
+  }
+  ModelParams& p = r.params;
+  p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal.fixed_cost_ms * 1e6));
+  p.downtime_target = o.downtime_target;
+  p.max_stun = o.max_stun;
+  p.max_rounds = o.max_rounds;
+  if (o.link_bytes_per_s > 0) {
+    p.bandwidth_mid = p.bandwidth_high = o.link_bytes_per_s;
+    p.bandwidth_low = 0.9 * o.link_bytes_per_s;
+    r.link_source = fmt::format("--link {} ({})", o.link_text, FormatRate(o.link_bytes_per_s));
+    r.assumptions.push_back(fmt::format(
+        "the migration achieves the stated link rate {} (90% of it for the pessimistic bound)",
+        FormatRate(o.link_bytes_per_s)));
+  } else {
+    p.bandwidth_mid = cal.inprocess_bytes_per_s;
+    p.bandwidth_low = std::min(cal.inprocess_low_bytes_per_s, cal.inprocess_bytes_per_s);
+    p.bandwidth_high = std::max(cal.inprocess_high_bytes_per_s, cal.inprocess_bytes_per_s);
+    r.link_source = fmt::format("in-process pipeline, calibrated: {} (runs ranged {} to {})",
+                                FormatRate(p.bandwidth_mid), FormatRate(p.bandwidth_low),
+                                FormatRate(p.bandwidth_high));
+    r.assumptions.push_back("no --link given: the bandwidth of an in-process migration on this host, as calibrated");
+  }
+  r.assumptions.push_back(fmt::format("fixed switchover cost {:.2f} ms, calibrated {} ({})", cal.fixed_cost_ms,
+                                      cal.measured_at, cal.path));
+  r.assumptions.push_back(fmt::format(
+      "the workload keeps behaving as in the {:.2f} s observed; windows longer than that extend the last measured "
+      "growth rate",
+      r.measured.sample_s));
+  r.assumptions.push_back("no compression (ratio 1.0): the codec does not exist yet");
+  r.prediction = Predict(r.modelled, p);
+  return r;
+}
+
+namespace {
+
+nlohmann::ordered_json RunJson(const ModelRun& m) {
+  nlohmann::ordered_json rounds = nlohmann::ordered_json::array();
+  for (const auto& x : m.rounds) {
+    rounds.push_back({{"round", x.round}, {"bytes", std::llround(x.bytes)}, {"ms", x.seconds * 1e3}});
+  }
+  return {{"rounds", rounds},
+          {"final_bytes", std::llround(m.final_bytes)},
+          {"stun_ms", m.stun_ms},
+          {"total_ms", m.total_ms},
+          {"stop_reason", m.stop_reason}};
+}
+
+}  // namespace
+
+std::string EstimateToJson(const EstimateReport& r) {
+  const Prediction& p = r.prediction;
+  nlohmann::ordered_json j;
+  j["decision"] = EstimateDecisionName(p.decision);
+  j["predicted_stun_ms"] = p.mid.stun_ms;
+  j["predicted_stun_range_ms"] = {p.low.stun_ms, p.high.stun_ms};
+  j["predicted_total_ms"] = p.mid.total_ms;
+  j["predicted_total_range_ms"] = {p.low.total_ms, p.high.total_ms};
+  j["predicted_rounds"] = RunJson(p.mid)["rounds"];
+  j["stop_reason"] = p.mid.stop_reason;
+  j["explanation"] = p.explanation;
+  j["device"] = r.modelled.device;
+  j["measured_device"] = r.measured.device;
+  j["sample_s"] = r.measured.sample_s;
+  j["bandwidth_bytes_per_s"] = {{"low", r.params.bandwidth_low},
+                                {"mid", r.params.bandwidth_mid},
+                                {"high", r.params.bandwidth_high},
+                                {"source", r.link_source}};
+  j["fixed_cost_ms"] = std::chrono::duration<double, std::milli>(r.params.fixed_cost).count();
+  j["device_state_bytes"] = r.modelled.device_state_bytes;
+  j["downtime_target_ms"] = std::chrono::duration<double, std::milli>(r.params.downtime_target).count();
+  j["max_stun_ms"] = std::chrono::duration<double, std::milli>(r.params.max_stun).count();
+  nlohmann::ordered_json regions = nlohmann::ordered_json::array();
+  for (const auto& rp : r.modelled.regions) {
+    nlohmann::ordered_json w = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < rp.dirty.window_s.size(); ++i) {
+      w.push_back({{"window_ms", rp.dirty.window_s[i] * 1e3},
+                   {"low_bytes", rp.dirty.low_bytes[i]},
+                   {"mid_bytes", rp.dirty.mid_bytes[i]},
+                   {"high_bytes", rp.dirty.high_bytes[i]}});
+    }
+    regions.push_back({{"id", rp.info.id},
+                       {"name", rp.info.name},
+                       {"size_bytes", rp.info.size_bytes},
+                       {"nonzero_fraction", rp.nonzero_fraction},
+                       {"compression_ratio", rp.compression_ratio},
+                       {"dirty_working_set", w}});
+  }
+  j["regions"] = regions;
+  j["model_low"] = RunJson(p.low);
+  j["model_high"] = RunJson(p.high);
+  j["assumptions"] = r.assumptions;
+  j["calibration"] = {{"path", r.calibration_path}, {"measured_at", r.calibration_time},
+                      {"measured_now", r.calibrated_now}};
+  return j.dump();
+}
+
+}  // namespace gpumigrate
