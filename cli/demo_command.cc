@@ -1,12 +1,15 @@
 #include "cli/demo_command.h"
 
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/estimate_command.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
+#include "gpumigrate/estimator.h"
 #include "gpumigrate/local_migration.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/units.h"
@@ -45,11 +48,45 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& f) {
   c->add_option("--run-after", f.run_after,
                 "Let the workload run this long on the destination, then pause it and run its memory self-check")
       ->capture_default_str();
+  c->add_option("--if-not-converging", f.if_not_converging,
+                "When rounds stop shrinking and the stun would exceed --max-stun: abort (recommend "
+                "drain-and-replace) or switch over anyway")
+      ->check(CLI::IsMember({"abort", "switch"}))
+      ->capture_default_str();
+  c->add_flag("--dry-run", f.dry_run,
+              "Probe: estimate first (observing for --sample), then pre-copy for real until the switchover decision "
+              "and abort cleanly (the source never stops, the destination discards); report measured vs predicted");
+  c->add_option("--sample", f.sample, "With --dry-run: how long the estimator observes the workload first")
+      ->capture_default_str();
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout (progress stays on stderr)");
   return c;
 }
 
 namespace {
+
+// The probe's report: the rounds as measured beside the estimator's prediction.
+void PrintProbe(FILE* out, const MigrationReport& r, const EstimateReport& e) {
+  const Prediction& p = e.prediction;
+  fmt::print(out, "gpumigrate demo --dry-run: probe {}, the engine {} switch over\n",
+             r.status.ok() ? "complete" : "failed", r.would_switch ? "would" : "would NOT");
+  if (!r.status.ok()) fmt::print(out, "  error:      {}\n", r.status.message());
+  fmt::print(out, "  {}\n", r.resolution);
+  fmt::print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", "round", "predicted", "ms", "measured", "ms");
+  size_t n = std::max(p.mid.rounds.size(), r.rounds.size());
+  for (size_t i = 0; i < n; ++i) {
+    std::string pb = i < p.mid.rounds.size() ? FormatBytes(p.mid.rounds[i].bytes) : "-";
+    std::string pm = i < p.mid.rounds.size() ? fmt::format("{:.1f}", p.mid.rounds[i].seconds * 1e3) : "-";
+    std::string mb = i < r.rounds.size() ? FormatBytes(static_cast<double>(r.rounds[i].bytes)) : "-";
+    std::string mm = i < r.rounds.size() ? fmt::format("{:.1f}", r.rounds[i].ms) : "-";
+    fmt::print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", i, pb, pm, mb, mm);
+  }
+  fmt::print(out, "  stun, estimated before anything moved:   {:.1f} ms (range {:.1f} to {:.1f}), {}\n", p.mid.stun_ms,
+             p.stun_low_ms, p.stun_high_ms, EstimateDecisionName(p.decision));
+  fmt::print(out, "  stun, predicted from the probe's rounds: {:.1f} ms ({})\n", r.predicted_stun_ms,
+             r.switchover_reason);
+  fmt::print(out, "  pre-copy: predicted {:.2f} s, measured {:.2f} s\n", (p.mid.total_ms - p.mid.stun_ms) / 1e3,
+             r.total_ms / 1e3);
+}
 
 int UsageError(const Status& s) {
   fmt::print(stderr, "gpumigrate demo: {}\n", s.message());
@@ -80,6 +117,8 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   opt.source.max_stun = *max_stun;
   opt.source.max_rounds = f.max_rounds;
   opt.source.verify_full = f.verify == "full";
+  opt.source.switch_when_not_converging = f.if_not_converging == "switch";
+  opt.source.dry_run = f.dry_run;
   opt.source.cancel = &cancel;
   opt.destination.cancel = &cancel;
   if (!f.bandwidth.empty()) {
@@ -112,6 +151,29 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   opt.source.on_phase = [&](Phase p, uint32_t round) {
     if (p == Phase::kSwitchover) progress.Note(fmt::format("switchover: stopping the source after {} rounds", round));
   };
+  // --dry-run: the estimator's prediction first, from observation alone.
+  std::optional<EstimateReport> estimate;
+  if (f.dry_run) {
+    EstimateFlags ef;
+    ef.sample = f.sample;
+    ef.downtime_target = f.downtime_target;
+    ef.max_stun = f.max_stun;
+    ef.max_rounds = f.max_rounds;
+    ef.link = f.bandwidth;
+    auto eo = MakeEstimateOptions(ef);
+    if (!eo.ok()) return UsageError(eo.status());
+    progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));
+    auto er = EstimateDevice(source, *eo, SystemClock());
+    if (!er.ok()) {
+      fmt::print(stderr, "gpumigrate demo: {}\n", er.status().message());
+      return 1;
+    }
+    estimate = std::move(er).value();
+    opt.source.switchover_fixed_cost = estimate->params.fixed_cost;
+    progress.Note(fmt::format("estimate: {}, stun {:.1f} ms in {} rounds; now probing for real",
+                              EstimateDecisionName(estimate->prediction.decision), estimate->prediction.mid.stun_ms,
+                              estimate->prediction.mid.rounds.size()));
+  }
   uint64_t kernels_at_start = source.KernelsRun();
   LocalMigrationResult res = MigrateLocally(source, dest, opt);
   progress.Finish();
@@ -138,6 +200,16 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
     if (!check.ok()) exit_code = 1;
   }
 
+  if (estimate) {
+    if (f.json) {
+      auto j = nlohmann::ordered_json::parse(ReportToJson(res.source));
+      j["estimate"] = nlohmann::ordered_json::parse(EstimateToJson(*estimate));
+      fmt::print("{}\n", j.dump());
+    } else {
+      PrintProbe(stdout, res.source, *estimate);
+    }
+    return res.source.status.ok() ? 0 : ExitCodeFor(res.source);
+  }
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(res.source));
     j["source_kernels_during_migration"] = source_kernels_during;

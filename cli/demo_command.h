@@ -20,6 +20,9 @@ struct DemoFlags {
   std::string warmup = "500ms";
   std::string run_after = "500ms";
   bool json = false;
+  bool dry_run = false;
+  std::string if_not_converging = "abort";
+  std::string sample = "1s";  // --dry-run: how long the estimator observes first
 };
 
 // Registers the subcommand; `flags` must outlive the app.

@@ -112,8 +112,8 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
     fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}\n", x.round, FormatBytes(x.bytes), x.seconds * 1e3);
   }
   fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}  (stunned)\n", "final", FormatBytes(p.mid.final_bytes), p.mid.stun_ms);
-  fmt::print(out, "  stun:       {}\n", Range(p.low.stun_ms, p.mid.stun_ms, p.high.stun_ms, "ms"));
-  fmt::print(out, "  total:      {}\n", Range(p.low.total_ms / 1e3, p.mid.total_ms / 1e3, p.high.total_ms / 1e3, "s"));
+  fmt::print(out, "  stun:       {}\n", Range(p.stun_low_ms, p.mid.stun_ms, p.stun_high_ms, "ms"));
+  fmt::print(out, "  total:      {}\n", Range(p.total_low_ms / 1e3, p.mid.total_ms / 1e3, p.total_high_ms / 1e3, "s"));
   fmt::print(out, "  assumptions:\n");
   for (const auto& a : r.assumptions) fmt::print(out, "    - {}\n", a);
 }

@@ -75,9 +75,9 @@ std::string EstimateToJson(const EstimateReport& r) {
   nlohmann::ordered_json j;
   j["decision"] = EstimateDecisionName(p.decision);
   j["predicted_stun_ms"] = p.mid.stun_ms;
-  j["predicted_stun_range_ms"] = {p.low.stun_ms, p.high.stun_ms};
+  j["predicted_stun_range_ms"] = {p.stun_low_ms, p.stun_high_ms};
   j["predicted_total_ms"] = p.mid.total_ms;
-  j["predicted_total_range_ms"] = {p.low.total_ms, p.high.total_ms};
+  j["predicted_total_range_ms"] = {p.total_low_ms, p.total_high_ms};
   j["predicted_rounds"] = RunJson(p.mid)["rounds"];
   j["stop_reason"] = p.mid.stop_reason;
   j["explanation"] = p.explanation;

@@ -74,6 +74,10 @@ Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
   pr.mid = RunModel(p, params, B::kMid, params.bandwidth_mid);
   pr.low = RunModel(p, params, B::kLow, params.bandwidth_high);
   pr.high = RunModel(p, params, B::kHigh, params.bandwidth_low);
+  pr.stun_low_ms = std::min({pr.low.stun_ms, pr.mid.stun_ms, pr.high.stun_ms});
+  pr.stun_high_ms = std::max({pr.low.stun_ms, pr.mid.stun_ms, pr.high.stun_ms});
+  pr.total_low_ms = std::min({pr.low.total_ms, pr.mid.total_ms, pr.high.total_ms});
+  pr.total_high_ms = std::max({pr.low.total_ms, pr.mid.total_ms, pr.high.total_ms});
   const double max_ms = std::chrono::duration<double, std::milli>(params.max_stun).count();
   if (pr.mid.switches && pr.mid.stun_ms <= max_ms) {
     pr.decision = EstimateDecision::kLiveMigrate;

@@ -12,8 +12,16 @@ double WorkingSetCurve::Eval(double t, Bound b, double cap) const {
   if (t <= x.front()) {
     v = y.front() * t / x.front();
   } else if (t >= x.back()) {
-    double slope = 0;
-    if (x.size() >= 2) slope = std::max(0.0, (y.back() - y[y.size() - 2]) / (x.back() - x[x.size() - 2]));
+    // Extend along the last segment. The bounds use the gentler (low) or steeper
+    // (high) of their own slope and the median's, so low <= mid <= high holds
+    // beyond the samples as it does at them.
+    auto slope_of = [&](const std::vector<double>& v) {
+      if (x.size() < 2) return 0.0;
+      return std::max(0.0, (v.back() - v[v.size() - 2]) / (x.back() - x[x.size() - 2]));
+    };
+    double slope = slope_of(y);
+    if (b == Bound::kLow) slope = std::min(slope, slope_of(mid_bytes));
+    if (b == Bound::kHigh) slope = std::max(slope, slope_of(mid_bytes));
     v = y.back() + slope * (t - x.back());
   } else {
     size_t i = static_cast<size_t>(std::upper_bound(x.begin(), x.end(), t) - x.begin());

@@ -93,6 +93,9 @@ struct ModelRun {
 
 struct Prediction {
   ModelRun mid, low, high;
+  // The reported ranges: min and max over the three runs (a larger dirty set can
+  // add a round and so end with a smaller stun: the stun is not monotone in W).
+  double stun_low_ms = 0, stun_high_ms = 0, total_low_ms = 0, total_high_ms = 0;
   EstimateDecision decision = EstimateDecision::kLiveMigrate;
   std::string explanation;
 };

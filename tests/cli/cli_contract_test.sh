@@ -76,5 +76,53 @@ check "demo human report" 0 $?
 contains "report shows the stun breakdown" "$tmp/human" "final_data"
 contains "report shows the destination self-check" "$tmp/human" "self-check of activation canaries: ok"
 
+# estimate: a dry run that only observes; calibration goes to a scratch file.
+export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
+"$bin" help estimate >"$tmp/he" 2>&1; check "help estimate" 0 $?
+for opt in --device --link --sample --max-stun --project --json; do
+  contains "help estimate describes $opt" "$tmp/he" "$opt"
+done
+"$bin" estimate --device "$small" --sample 300ms --warmup 50ms --link 1Gbit --json >"$tmp/est.json" 2>/dev/null
+check "estimate --json" 0 $?
+test -s "$GPUMIGRATE_CALIBRATION" && echo "ok: calibration stored" || { echo "FAIL: no calibration file"; fail=1; }
+python3 - "$tmp/est.json" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+for k in ["predicted_stun_ms", "predicted_stun_range_ms", "predicted_total_ms", "predicted_rounds", "decision",
+          "stop_reason", "assumptions", "regions", "fixed_cost_ms"]:
+    assert k in r, f"missing key {k}"
+lo, hi = r["predicted_stun_range_ms"]
+assert lo <= r["predicted_stun_ms"] <= hi, r
+assert r["decision"] in ("live-migrate", "drain-and-replace", "cannot-converge")
+assert r["bandwidth_bytes_per_s"]["mid"] == 125e6, r["bandwidth_bytes_per_s"]
+assert any(x["name"] == "activations" and x["dirty_working_set"][-1]["mid_bytes"] > 0 for x in r["regions"])
+print("ok: estimate JSON follows the contract")
+PY
+# A hot set rewritten faster than the link: cannot converge within the limit.
+"$bin" estimate --device "sim:size=32MiB,hot=8MiB,kv_rate=0,page=16KiB,step=1ms" --sample 200ms --warmup 20ms \
+  --link 20MB/s --max-stun 10ms --json >"$tmp/nc.json" 2>/dev/null
+check "estimate of a non-converging workload" 0 $?
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert r['decision']=='cannot-converge', r['decision']; print('ok: cannot-converge')" "$tmp/nc.json" || fail=1
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --link 100Gbit --project 8x80GB >"$tmp/proj" 2>/dev/null
+check "estimate --project" 0 $?
+contains "projection states its assumptions" "$tmp/proj" "dirty working sets scale with size"
+contains "projection names the size" "$tmp/proj" "596.05 GiB"
+"$bin" estimate --project 8xlots >"$tmp/e6" 2>&1; check "bad projection" 2 $?
+"$bin" estimate --device proc:1 >"$tmp/e7" 2>&1; check "backend not built yet" 2 $?
+contains "backend message" "$tmp/e7" "not supported yet"
+
+# demo --dry-run: estimate, probe, abort on purpose, exit 0.
+"$bin" demo --dry-run --json --device "$small" --sample 300ms --warmup 20ms --bandwidth 400MB/s \
+  --downtime-target 20ms >"$tmp/probe.json" 2>/dev/null
+check "demo --dry-run" 0 $?
+python3 - "$tmp/probe.json" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["dry_run"] is True and r["outcome"] == "aborted", r
+assert "error" not in r, r
+assert r["estimate"]["predicted_stun_ms"] > 0 and r["predicted_stun_ms"] > 0
+print("ok: dry run reports measured and predicted")
+PY
+
 if [ $fail -ne 0 ]; then echo "cli_contract: FAILED"; exit 1; fi
 echo "cli_contract: all checks passed"

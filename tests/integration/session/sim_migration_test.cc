@@ -148,3 +148,36 @@ TEST(SimMigration, NonConvergingMigrationSwitchesWithinMaxStun) {
 
 }  // namespace
 }  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+// A probe pre-copies for real, stops at the switchover decision and aborts on
+// purpose: the source never stopped, the destination discarded everything.
+TEST(SimMigration, DryRunProbeLeavesTheSourceRunning) {
+  Pair p = MakePair("sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=16KiB,step=2ms");
+  LocalMigrationOptions opt;
+  opt.source.dry_run = true;
+  opt.source.bandwidth_limit_bytes_per_s = 200e6;
+  opt.source.downtime_target = std::chrono::milliseconds(20);
+  opt.source.on_phase = [&](Phase phase, uint32_t) {
+    EXPECT_NE(phase, Phase::kSwitchover) << "a probe never stops the device";
+  };
+  auto res = MigrateLocally(*p.src, *p.dst, opt);
+  EXPECT_TRUE(res.source.status.ok()) << res.source.status.ToString();
+  EXPECT_TRUE(res.source.dry_run);
+  EXPECT_TRUE(res.source.would_switch);
+  EXPECT_EQ(res.source.outcome, Outcome::kAborted);
+  EXPECT_GE(res.source.rounds.size(), 1u);
+  EXPECT_GT(res.source.predicted_stun_ms, 0);
+  EXPECT_EQ(p.src->State(), DeviceState::kRunning);
+  EXPECT_EQ(p.dst->State(), DeviceState::kError);
+  EXPECT_EQ(res.destination.outcome, Outcome::kAborted);
+  EXPECT_NE(res.destination.status.message().find("dry run"), std::string::npos);
+  uint64_t k = p.src->KernelsRun();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GT(p.src->KernelsRun(), k);
+}
+
+}  // namespace
+}  // namespace gpumigrate
