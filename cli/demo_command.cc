@@ -9,6 +9,7 @@
 #include "cli/estimate_command.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
+#include "gpumigrate/calibration.h"
 #include "gpumigrate/estimator.h"
 #include "gpumigrate/local_migration.h"
 #include "gpumigrate/sim.h"
@@ -151,6 +152,10 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   opt.source.on_phase = [&](Phase p, uint32_t round) {
     if (p == Phase::kSwitchover) progress.Note(fmt::format("switchover: stopping the source after {} rounds", round));
   };
+  // The switchover rule uses the calibrated fixed cost when this host has one.
+  if (auto cal = LoadStoredCalibration(); cal.ok()) {
+    opt.source.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
+  }
   // --dry-run: the estimator's prediction first, from observation alone.
   std::optional<EstimateReport> estimate;
   if (f.dry_run) {

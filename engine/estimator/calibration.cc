@@ -16,7 +16,7 @@
 namespace gpumigrate {
 namespace {
 
-constexpr const char* kSpec = "sim:size=256MiB,static=0.75,kv=0.2,kv_fill=1,kv_rate=0,hot=64KiB,page=64KiB,step=20ms";
+constexpr const char* kSpec = "sim:size=512MiB,static=0.75,kv=0.2,kv_fill=1,kv_rate=0,hot=64KiB,page=64KiB,step=20ms";
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -70,23 +70,32 @@ Result<Calibration> MeasureCalibration() {
   return c;
 }
 
+Result<Calibration> LoadStoredCalibration() {
+  const std::string path = DefaultCalibrationPath();
+  std::ifstream in(path);
+  if (!in) return Unavailable(fmt::format("calibration: no stored calibration at {}", path));
+  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1) {
+    return Corrupt(fmt::format("calibration: {} is not a version 1 calibration file", path));
+  }
+  Calibration c;
+  c.fixed_cost_ms = j.value("fixed_cost_ms", -1.0);
+  c.inprocess_bytes_per_s = j.value("inprocess_bytes_per_s", -1.0);
+  c.inprocess_low_bytes_per_s = j.value("inprocess_low_bytes_per_s", c.inprocess_bytes_per_s);
+  c.inprocess_high_bytes_per_s = j.value("inprocess_high_bytes_per_s", c.inprocess_bytes_per_s);
+  c.measured_at = j.value("measured_at", "");
+  c.path = path;
+  if (c.fixed_cost_ms < 0 || c.inprocess_bytes_per_s <= 0) {
+    return Corrupt(fmt::format("calibration: {} lacks its figures", path));
+  }
+  return c;
+}
+
 Result<Calibration> LoadOrCalibrate(bool force) {
   const std::string path = DefaultCalibrationPath();
   if (!force) {
-    std::ifstream in(path);
-    if (in) {
-      auto j = nlohmann::json::parse(in, nullptr, false);
-      if (!j.is_discarded() && j.is_object() && j.value("version", 0) == 1) {
-        Calibration c;
-        c.fixed_cost_ms = j.value("fixed_cost_ms", -1.0);
-        c.inprocess_bytes_per_s = j.value("inprocess_bytes_per_s", -1.0);
-        c.inprocess_low_bytes_per_s = j.value("inprocess_low_bytes_per_s", c.inprocess_bytes_per_s);
-        c.inprocess_high_bytes_per_s = j.value("inprocess_high_bytes_per_s", c.inprocess_bytes_per_s);
-        c.measured_at = j.value("measured_at", "");
-        c.path = path;
-        if (c.fixed_cost_ms >= 0 && c.inprocess_bytes_per_s > 0) return c;
-      }
-    }
+    auto stored = LoadStoredCalibration();
+    if (stored.ok()) return stored;
   }
   GM_ASSIGN_OR_RETURN(Calibration c, MeasureCalibration());
   c.path = path;

@@ -26,6 +26,8 @@ struct Calibration {
 
 std::string DefaultCalibrationPath();
 Result<Calibration> MeasureCalibration();
+// The stored calibration, or an error when there is none or it does not parse.
+Result<Calibration> LoadStoredCalibration();
 // Loads the stored calibration, or measures and stores one when there is none,
 // it does not parse, or `force` is set.
 Result<Calibration> LoadOrCalibrate(bool force);

@@ -112,17 +112,48 @@ TEST(AbortPhases, DuringFinalCopyWhileStopped) {
 
 TEST(AbortPhases, AtSwitchoverBeforePrepared) {
   Faulty f;
-  f.opt.source.on_phase = [&](Phase p, uint32_t) {
-    if (p == Phase::kPrepareSent) f.src_streams.control->Close();
+  // A partition while the device is stopped: Prepare never arrives, no reply comes.
+  FaultStream* control = nullptr;
+  f.opt.wrap_source_end = [&](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
+    if (index != -1) return s;
+    auto fs = std::make_unique<FaultStream>(std::move(s), FaultPlan{});
+    control = fs.get();
+    return fs;
   };
+  f.opt.source.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kSwitchover) control->Blackhole();
+  };
+  f.opt.source.peer_timeout = 500ms;
+  f.opt.destination.peer_timeout = 1s;
   auto res = MigrateLocally(*f.src, *f.dst, f.opt);
-  EXPECT_EQ(res.source.outcome, Outcome::kAborted);
+  f.ExpectAborted(res);
   EXPECT_EQ(res.source.failed_phase, "switchover: prepare");
-  // The destination may have verified and answered before the cut: then it holds
-  // the prepared state, stopped, and never resumes on its own.
-  EXPECT_NE(res.destination.outcome, Outcome::kCompleted);
-  EXPECT_NE(f.dst->State(), DeviceState::kRunning);
-  ExpectSourceRunningAndIntact(*f.src, f.weights);
+  EXPECT_NE(res.source.status.message().find("timed out waiting for Prepared"), std::string::npos)
+      << res.source.status.message();
+}
+
+// The connection is cut right after Prepare: depending on whether Prepared was
+// already on its way, the source aborts (and runs) or is in doubt (and stays
+// stopped). Either way there is never a split brain: the destination never runs.
+TEST(AbortPhases, CutAfterPrepareNeverSplitsTheBrain) {
+  for (int i = 0; i < 3; ++i) {
+    Faulty f;
+    f.opt.source.on_phase = [&](Phase p, uint32_t) {
+      if (p == Phase::kPrepareSent) f.src_streams.control->Close();
+    };
+    auto res = MigrateLocally(*f.src, *f.dst, f.opt);
+    EXPECT_NE(f.dst->State(), DeviceState::kRunning);
+    EXPECT_NE(res.destination.outcome, Outcome::kCompleted);
+    if (res.source.outcome == Outcome::kAborted) {
+      EXPECT_EQ(res.source.failed_phase, "switchover: prepare");
+      ExpectSourceRunningAndIntact(*f.src, f.weights);
+    } else {
+      ASSERT_EQ(res.source.outcome, Outcome::kInDoubt);
+      EXPECT_EQ(f.src->State(), DeviceState::kStop);
+      auto check = f.src->SelfCheck();
+      EXPECT_TRUE(check.ok()) << check.status().ToString();
+    }
+  }
 }
 
 TEST(AbortPhases, DestinationLostBeforeAnsweringPrepare) {
