@@ -45,6 +45,23 @@ struct Faulty {
       return std::make_unique<FaultStream>(std::move(s), FaultPlan{.cut_at_byte = at});
     };
   }
+  // A partition of the control channel from `phase` on: the source's messages
+  // are accepted and never delivered; nothing is closed. Short timeouts end it.
+  void PartitionControlAt(Phase phase) {
+    opt.wrap_source_end = [this](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
+      if (index != -1) return s;
+      auto fs = std::make_unique<FaultStream>(std::move(s), FaultPlan{});
+      control_ = fs.get();
+      return fs;
+    };
+    opt.source.on_phase = [this, phase](Phase p, uint32_t) {
+      if (p == phase) control_->Blackhole();
+    };
+    opt.source.peer_timeout = 500ms;
+    opt.destination.peer_timeout = 1s;
+  }
+  FaultStream* control_ = nullptr;
+
   void ExpectAborted(const LocalMigrationResult& res) {
     EXPECT_EQ(res.source.outcome, Outcome::kAborted);
     EXPECT_FALSE(res.source.status.ok());
@@ -113,18 +130,7 @@ TEST(AbortPhases, DuringFinalCopyWhileStopped) {
 TEST(AbortPhases, AtSwitchoverBeforePrepared) {
   Faulty f;
   // A partition while the device is stopped: Prepare never arrives, no reply comes.
-  FaultStream* control = nullptr;
-  f.opt.wrap_source_end = [&](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
-    if (index != -1) return s;
-    auto fs = std::make_unique<FaultStream>(std::move(s), FaultPlan{});
-    control = fs.get();
-    return fs;
-  };
-  f.opt.source.on_phase = [&](Phase p, uint32_t) {
-    if (p == Phase::kSwitchover) control->Blackhole();
-  };
-  f.opt.source.peer_timeout = 500ms;
-  f.opt.destination.peer_timeout = 1s;
+  f.PartitionControlAt(Phase::kSwitchover);
   auto res = MigrateLocally(*f.src, *f.dst, f.opt);
   f.ExpectAborted(res);
   EXPECT_EQ(res.source.failed_phase, "switchover: prepare");
@@ -180,18 +186,7 @@ TEST(AbortPhases, CancelledByTheUser) {
 TEST(AbortPhases, BetweenCommitAndRunningIsInDoubtWithBothStopped) {
   Faulty f;
   // A partition right after Prepared: Commit never arrives, nothing is closed.
-  FaultStream* control = nullptr;
-  f.opt.wrap_source_end = [&](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
-    if (index != -1) return s;
-    auto fs = std::make_unique<FaultStream>(std::move(s), FaultPlan{});
-    control = fs.get();
-    return fs;
-  };
-  f.opt.source.on_phase = [&](Phase p, uint32_t) {
-    if (p == Phase::kPreparedReceived) control->Blackhole();
-  };
-  f.opt.source.peer_timeout = 500ms;
-  f.opt.destination.peer_timeout = 1s;
+  f.PartitionControlAt(Phase::kPreparedReceived);
   auto res = MigrateLocally(*f.src, *f.dst, f.opt);
   EXPECT_EQ(res.source.outcome, Outcome::kInDoubt) << res.source.status.ToString();
   EXPECT_EQ(res.source.status.code(), StatusCode::kInDoubt);
