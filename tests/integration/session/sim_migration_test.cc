@@ -69,6 +69,11 @@ TEST(SimMigration, ByteForByteAndCanariesAtStop) {
   ::testing::AssertionResult equal = ::testing::AssertionFailure() << "commit never reached";
   ::testing::AssertionResult canaries = ::testing::AssertionFailure() << "commit never reached";
   ::testing::AssertionResult monotone = ::testing::AssertionFailure() << "commit never reached";
+  // Writes keep landing between the last round's sync and the stop (a slow
+  // stop): only the final sync under STOP_COPY finds them.
+  opt.source.on_phase = [](Phase phase, uint32_t) {
+    if (phase == Phase::kSwitchover) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
   opt.destination.on_phase = [&](Phase phase, uint32_t) {
     if (phase != Phase::kCommitReceived) return;
     // Both devices are stopped here: the source at its stop point, the
