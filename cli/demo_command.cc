@@ -40,6 +40,10 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& f) {
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
   c->add_option("--bandwidth", f.bandwidth, "Cap the sending rate to emulate a slower link, e.g. 10Gbit or 500MB/s");
+  c->add_option("--codec", f.codec,
+                "Payload codec: none, zstd[:LEVEL], shuffle[:LEVEL] (byte planes of 16-bit values, then zstd), or "
+                "auto (per region, only where it beats the --bandwidth cap; never when uncapped)")
+      ->capture_default_str();
   c->add_option("--verify", f.verify,
                 "digest: the destination checks per-page digests of all it applied; full: also re-read the whole "
                 "source at stop and compare (lengthens the stun; shown as its own line)")
@@ -118,6 +122,9 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   opt.source.max_stun = *max_stun;
   opt.source.max_rounds = f.max_rounds;
   opt.source.verify_full = f.verify == "full";
+  auto codec = ParseCodecChoice(f.codec);
+  if (!codec.ok()) return UsageError(codec.status());
+  opt.source.codec = *codec;
   opt.source.switch_when_not_converging = f.if_not_converging == "switch";
   opt.source.dry_run = f.dry_run;
   opt.source.cancel = &cancel;
@@ -165,6 +172,7 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
     ef.max_stun = f.max_stun;
     ef.max_rounds = f.max_rounds;
     ef.link = f.bandwidth;
+    ef.codec = f.codec;
     auto eo = MakeEstimateOptions(ef);
     if (!eo.ok()) return UsageError(eo.status());
     progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));

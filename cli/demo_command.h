@@ -22,7 +22,8 @@ struct DemoFlags {
   bool json = false;
   bool dry_run = false;
   std::string if_not_converging = "abort";
-  std::string sample = "1s";  // --dry-run: how long the estimator observes first
+  std::string sample = "1s";
+  std::string codec = "none";  // --dry-run: how long the estimator observes first
 };
 
 // Registers the subcommand; `flags` must outlive the app.

@@ -34,6 +34,10 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
                 "With --project: scale the dirty working sets with the size (scale) or keep them as measured (same)")
       ->check(CLI::IsMember({"scale", "same"}))
       ->capture_default_str();
+  c->add_option("--codec", f.codec,
+                "The codec the migration will use: none, zstd[:LEVEL], shuffle[:LEVEL] or auto; the sampled ratios of "
+                "both codecs are shown either way")
+      ->capture_default_str();
   c->add_option("--warmup", f.warmup, "Let the workload run this long before observing")->capture_default_str();
   c->add_flag("--recalibrate", f.recalibrate, "Measure the fixed switchover cost and in-process bandwidth again");
   c->add_flag("--json", f.json, "Print one JSON object on stdout");
@@ -74,6 +78,8 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
     o.project_scale_dirty = f.project_dirty == "scale";
   }
   o.recalibrate = f.recalibrate;
+  GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));
+  o.sample.codec_level = o.codec.level;
   return o;
 }
 
@@ -105,6 +111,13 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
     }
     fmt::print(out, "  {:<12} {:>10} {:>8.0f}%   {}\n", rp.info.name, FormatBytes(static_cast<double>(rp.info.size_bytes)),
                rp.nonzero_fraction * 100, w);
+  }
+  fmt::print(out, "  compression (sampled, zstd / shuffle+zstd ratio at speed; what the model applies):\n");
+  for (const auto& rp : r.modelled.regions) {
+    if (rp.nonzero_fraction == 0) continue;
+    fmt::print(out, "    {:<12} zstd {:.2f} at {}, shuffle {:.2f} at {}; model: {} x{:.2f}\n", rp.info.name,
+               rp.codecs.zstd_ratio, FormatRate(rp.codecs.zstd_bytes_per_s), rp.codecs.shuffle_ratio,
+               FormatRate(rp.codecs.shuffle_bytes_per_s), rp.codec, rp.compression_ratio);
   }
   fmt::print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(), p.mid.stop_reason);
   fmt::print(out, "  {:>6}  {:>12}  {:>10}\n", "round", "bytes", "ms");

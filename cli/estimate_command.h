@@ -23,6 +23,7 @@ struct EstimateFlags {
   std::string project;  // "640GB" or "8x80GB"
   std::string project_dirty = "scale";
   std::string warmup = "500ms";
+  std::string codec = "none";
   bool recalibrate = false;
   bool json = false;
 };

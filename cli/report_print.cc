@@ -29,6 +29,14 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
                  x.pages_sent, x.zero_pages, x.ms);
     }
   }
+  if (!r.codecs.empty()) {
+    std::string line;
+    for (const auto& c : r.codecs) {
+      line += fmt::format("{}{} {}", line.empty() ? "" : ", ", c.region, c.codec);
+      if (c.sampled_zstd_ratio > 0) line += fmt::format(" (sampled zstd {:.2f}, shuffle {:.2f})", c.sampled_zstd_ratio, c.sampled_shuffle_ratio);
+    }
+    fmt::print(out, "  codecs:     {}; overall ratio {:.3f}\n", line, r.compression_ratio);
+  }
   if (!r.switchover_reason.empty()) fmt::print(out, "  switchover: {}\n", r.switchover_reason);
   if (r.outcome == Outcome::kCompleted) {
     fmt::print(out, "  stun:       {:.1f} ms", r.stun_ms);

@@ -58,7 +58,25 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
       "the workload keeps behaving as in the {:.2f} s observed; windows longer than that extend the last measured "
       "growth rate",
       r.measured.sample_s));
-  r.assumptions.push_back("no compression (ratio 1.0): the codec does not exist yet");
+  // Compression: the ratio a codec effectively reaches on this link, capped by
+  // how fast it compresses (min(ratio, speed / link)).
+  for (auto& rp : r.modelled.regions) {
+    CodecKind k = CodecKind::kNone;
+    switch (o.codec.mode) {
+      case CodecChoice::Mode::kNone: k = CodecKind::kNone; break;
+      case CodecChoice::Mode::kZstd: k = CodecKind::kZstd; break;
+      case CodecChoice::Mode::kShuffleZstd: k = CodecKind::kShuffleZstd; break;
+      case CodecChoice::Mode::kAuto: k = ChooseCodec(rp.codecs, o.link_bytes_per_s); break;
+    }
+    rp.codec = std::string(CodecKindName(k));
+    rp.compression_ratio = k == CodecKind::kNone ? 1.0 : EffectiveRatio(rp.codecs, k, p.bandwidth_mid);
+  }
+  r.assumptions.push_back(
+      o.codec.mode == CodecChoice::Mode::kNone
+          ? std::string("no compression (--codec none); the sampled ratios are shown for comparison")
+          : fmt::format("codec {}: each region's sampled ratio, capped by its measured compression speed over the "
+                        "link (min(ratio, speed / bandwidth))",
+                        o.codec.ToString()));
   r.prediction = Predict(r.modelled, p);
   return r;
 }
@@ -114,7 +132,12 @@ std::string EstimateToJson(const EstimateReport& r) {
                        {"name", rp.info.name},
                        {"size_bytes", rp.info.size_bytes},
                        {"nonzero_fraction", rp.nonzero_fraction},
+                       {"codec", rp.codec},
                        {"compression_ratio", rp.compression_ratio},
+                       {"sampled_zstd_ratio", rp.codecs.zstd_ratio},
+                       {"sampled_zstd_bytes_per_s", rp.codecs.zstd_bytes_per_s},
+                       {"sampled_shuffle_ratio", rp.codecs.shuffle_ratio},
+                       {"sampled_shuffle_bytes_per_s", rp.codecs.shuffle_bytes_per_s},
                        {"dirty_working_set", w}});
   }
   j["regions"] = regions;

@@ -53,14 +53,17 @@ Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Cl
     rp.info = r;
     uint64_t n = std::min<uint64_t>(r.pages(), opt.pages_sampled_per_region);
     uint64_t nonzero = 0;
-    std::vector<std::byte> page;
+    std::vector<std::byte> page, codec_sample;
     for (uint64_t i = 0; i < n; ++i) {
       uint64_t p = i * r.pages() / n;
       page.resize(std::min<uint64_t>(r.page_size, r.size_bytes - p * r.page_size));
       GM_RETURN_IF_ERROR(device.Read(r.id, p * r.page_size, page).WithContext("estimator: sample pages"));
-      if (!IsZeroPage(page)) ++nonzero;
+      if (IsZeroPage(page)) continue;
+      ++nonzero;
+      if (codec_sample.size() < opt.codec_sample_bytes) codec_sample.insert(codec_sample.end(), page.begin(), page.end());
     }
     rp.nonzero_fraction = n ? static_cast<double>(nonzero) / static_cast<double>(n) : 0;
+    rp.codecs = SampleCodecs(codec_sample, opt.codec_level);
     prof.regions.push_back(std::move(rp));
   }
 

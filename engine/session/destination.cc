@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "engine/session/mailbox.h"
+#include "gpumigrate/codec.h"
 #include "engine/session/page_hashes.h"
 #include "gpumigrate/session.h"
 #include "transport/wire/control_channel.h"
@@ -49,7 +50,8 @@ class Destination {
   Status Prepare(const v1::Prepare& p);
   Status WaitForFrames(const google::protobuf::RepeatedField<uint64_t>& counts, const char* what);
   void Receive(size_t s);
-  Status ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload);
+  Status ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload, std::vector<std::byte>& raw,
+                      FrameDecoder& decoder);
   Status Apply(const wire::FrameHeader& h, std::span<const std::byte> payload);
   Result<v1::Envelope> Next(const char* what);
   void Phase(gpumigrate::Phase p, uint32_t round) {
@@ -117,6 +119,8 @@ Status Destination::Handshake() {
   v1::Envelope mine;
   mine.mutable_hello()->set_protocol_version(wire::kProtocolVersion);
   mine.mutable_hello()->set_product_version(GPUMIGRATE_VERSION);
+  mine.mutable_hello()->add_capabilities(wire::kCapZstd);
+  mine.mutable_hello()->add_capabilities(wire::kCapShuffleZstd);
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, mine));
   GM_ASSIGN_OR_RETURN(v1::Envelope m, Next("Manifest"));
   if (!m.has_manifest()) return Corrupt(fmt::format("protocol error: expected Manifest, got {}", wire::EnvelopeKind(m)));
@@ -192,7 +196,8 @@ Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte>
 
 // Reads, checks and applies one frame. Everything about the frame is checked
 // before its payload is read or applied.
-Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload) {
+Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload, std::vector<std::byte>& raw,
+                                 FrameDecoder& decoder) {
   std::array<std::byte, wire::kFrameHeaderBytes> hb;
   GM_RETURN_IF_ERROR(streams_.data[s]->ReadExact(hb));
   GM_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::DecodeHeader(hb));
@@ -203,7 +208,16 @@ Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>&
   if (h.payload_length > max_payload_) {
     return Corrupt(fmt::format("payload length {} exceeds the negotiated {} bytes", h.payload_length, max_payload_));
   }
-  if (h.codec_flags != 0) return Corrupt(fmt::format("codec flags 0x{:x} are not supported", h.codec_flags));
+  const auto codec = static_cast<CodecKind>(h.codec_flags);
+  if (codec != CodecKind::kNone && codec != CodecKind::kZstd && codec != CodecKind::kShuffleZstd) {
+    return Corrupt(fmt::format("codec flags 0x{:x} are not a known codec", h.codec_flags));
+  }
+  if (codec != CodecKind::kNone && h.type != wire::FrameType::kPages) {
+    return Corrupt(fmt::format("{} frame carries codec flags 0x{:x}", wire::FrameTypeName(h.type), h.codec_flags));
+  }
+  if (h.raw_length > max_payload_) {
+    return Corrupt(fmt::format("raw length {} exceeds the negotiated {} bytes", h.raw_length, max_payload_));
+  }
   if (h.type == wire::FrameType::kDeviceState) {
     if (h.region != wire::kDeviceStateRegion || h.raw_length != h.payload_length) {
       return Corrupt("malformed device-state frame");
@@ -220,7 +234,10 @@ Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>&
       return Corrupt(fmt::format("length {} is not whole pages", h.raw_length));
     }
     uint32_t want_payload = h.type == wire::FrameType::kPages ? h.raw_length : 0;
-    if (h.payload_length != want_payload) {
+    if (codec != CodecKind::kNone && h.payload_length == 0) {
+      return Corrupt("compressed frame has an empty payload");
+    }
+    if (codec == CodecKind::kNone && h.payload_length != want_payload) {
       return Corrupt(fmt::format("{} frame has payload length {}, expected {}", wire::FrameTypeName(h.type),
                                  h.payload_length, want_payload));
     }
@@ -232,15 +249,22 @@ Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>&
   if (wire::ComputeTag(key_, hb, payload) != tag) {
     return Corrupt("tag mismatch: the frame is corrupt or belongs to another session");
   }
-  GM_RETURN_IF_ERROR(Apply(h, payload));
+  if (codec != CodecKind::kNone) {
+    raw.resize(h.raw_length);
+    GM_RETURN_IF_ERROR(decoder.Decode(codec, payload, raw));
+    GM_RETURN_IF_ERROR(Apply(h, raw));
+  } else {
+    GM_RETURN_IF_ERROR(Apply(h, payload));
+  }
   bytes_received_ += hb.size() + payload.size() + tag.size();
   return Status::Ok();
 }
 
 void Destination::Receive(size_t s) {
-  std::vector<std::byte> payload;
+  std::vector<std::byte> payload, raw;
+  FrameDecoder decoder;  // one zstd context per receiving thread
   for (uint64_t seq = 0;; ++seq) {
-    Status st = ReceiveFrame(s, seq, payload);
+    Status st = ReceiveFrame(s, seq, payload, raw, decoder);
     if (!st.ok()) {
       if (!done_.load()) box_.Fail(st.WithContext(fmt::format("data stream {}, frame {}", s, seq)));
       return;

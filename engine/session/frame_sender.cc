@@ -5,11 +5,12 @@
 namespace gpumigrate {
 
 Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset,
-                         uint32_t raw_length, std::span<const std::byte> payload) {
+                         uint32_t raw_length, std::span<const std::byte> payload, uint8_t codec_flags) {
   size_t s = next_stream_;
   next_stream_ = (next_stream_ + 1) % streams_.size();
   wire::FrameHeader h;
   h.type = type;
+  h.codec_flags = codec_flags;
   h.stream_id = static_cast<uint32_t>(s);
   h.region = region;
   h.sequence = frames_[s];

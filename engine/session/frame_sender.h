@@ -20,7 +20,7 @@ class FrameSender {
       : streams_(std::move(streams)), key_(key), frames_(streams_.size(), 0), limiter_(rate_limit_bytes_per_s) {}
 
   Status Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset, uint32_t raw_length,
-              std::span<const std::byte> payload);
+              std::span<const std::byte> payload, uint8_t codec_flags = 0);
 
   uint64_t bytes_sent() const { return bytes_; }
   const std::vector<uint64_t>& frames_per_stream() const { return frames_; }

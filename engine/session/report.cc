@@ -57,6 +57,8 @@ std::string ReportToJson(const MigrationReport& r) {
                       {"dirty_bytes", x.dirty_bytes},
                       {"pages_sent", x.pages_sent},
                       {"zero_pages", x.zero_pages},
+                      {"raw_bytes", x.raw_bytes},
+                      {"payload_bytes", x.payload_bytes},
                       {"ms", Round3(x.ms)}});
   }
   j["rounds"] = rounds;
@@ -66,6 +68,17 @@ std::string ReportToJson(const MigrationReport& r) {
     j["predicted_stun_ms"] = nullptr;
   }
   j["switchover_reason"] = r.switchover_reason;
+  j["compression_ratio"] = Round3(r.compression_ratio);
+  nlohmann::ordered_json codecs = nlohmann::ordered_json::array();
+  for (const auto& c : r.codecs) {
+    nlohmann::ordered_json x{{"region", c.region}, {"codec", c.codec}};
+    if (c.sampled_zstd_ratio > 0) {
+      x["sampled_zstd_ratio"] = Round3(c.sampled_zstd_ratio);
+      x["sampled_shuffle_ratio"] = Round3(c.sampled_shuffle_ratio);
+    }
+    codecs.push_back(x);
+  }
+  j["codecs"] = codecs;
   if (r.dry_run) {
     j["dry_run"] = true;
     j["would_switch"] = r.would_switch;

@@ -10,6 +10,7 @@
 #include "engine/session/mailbox.h"
 #include "engine/session/page_hashes.h"
 #include "engine/session/switchover_policy.h"
+#include "gpumigrate/codec.h"
 #include "gpumigrate/dirty_tracker.h"
 #include "gpumigrate/session.h"
 #include "transport/wire/control_channel.h"
@@ -85,6 +86,7 @@ class Source {
 
  private:
   Status Handshake();
+  Status ChooseCodecs(const wire::v1::Hello& peer);
   Status SendSet(uint32_t round, bool skip_zero, RoundReport& rr);
   Status SyncAll(uint64_t* dirty_bytes);
   Status SendDeviceState(uint32_t round, uint64_t* state_bytes);
@@ -122,7 +124,52 @@ class Source {
   Clock::time_point t0_ = Clock::now();
   Clock::time_point last_progress_{};
   std::vector<std::byte> buf_;
+  std::vector<CodecKind> codec_;  // per region
+  FrameEncoder encoder_;
+  std::vector<std::byte> encoded_;
 };
+
+// Picks each region's codec: the one asked for, or with `auto` the one a sample
+// of the region's non-zero pages says moves bytes fastest on the capped link.
+Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
+  const CodecChoice& c = opt_.codec;
+  codec_.assign(regions_.size(), CodecKind::kNone);
+  auto peer_has = [&](std::string_view cap) {
+    for (const auto& x : peer.capabilities()) {
+      if (x == cap) return true;
+    }
+    return false;
+  };
+  if (c.mode != CodecChoice::Mode::kNone && !(peer_has(wire::kCapZstd) && peer_has(wire::kCapShuffleZstd))) {
+    return InvalidArgument(fmt::format("handshake failed: codec {} was asked for but the destination cannot decode it",
+                                       c.ToString()));
+  }
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    const RegionInfo& r = regions_[i];
+    MigrationReport::RegionCodec rc;
+    rc.region = r.name;
+    if (c.mode == CodecChoice::Mode::kZstd) codec_[i] = CodecKind::kZstd;
+    if (c.mode == CodecChoice::Mode::kShuffleZstd) codec_[i] = CodecKind::kShuffleZstd;
+    if (c.mode == CodecChoice::Mode::kAuto) {
+      // Up to 1 MiB of non-zero pages, spread over the region.
+      std::vector<std::byte> sample, page(std::min<uint64_t>(r.page_size, r.size_bytes));
+      const uint64_t want = std::max<uint64_t>(1, (1u << 20) / r.page_size);
+      for (uint64_t k = 0; k < 4 * want && sample.size() < want * page.size(); ++k) {
+        uint64_t p = k * r.pages() / (4 * want);
+        if (p * r.page_size + page.size() > r.size_bytes) break;
+        GM_RETURN_IF_ERROR(dev_.Read(r.id, p * r.page_size, page).WithContext("codec sample"));
+        if (!IsZero(page)) sample.insert(sample.end(), page.begin(), page.end());
+      }
+      CodecSample cs = SampleCodecs(sample, c.level);
+      codec_[i] = ChooseCodec(cs, opt_.bandwidth_limit_bytes_per_s);
+      rc.sampled_zstd_ratio = cs.zstd_ratio;
+      rc.sampled_shuffle_ratio = cs.shuffle_ratio;
+    }
+    rc.codec = std::string(CodecKindName(codec_[i]));
+    report_.codecs.push_back(rc);
+  }
+  return Status::Ok();
+}
 
 Status Source::Interrupted() {
   if (opt_.cancel && opt_.cancel->load()) return Aborted("cancelled by the user");
@@ -150,6 +197,7 @@ Status Source::Handshake() {
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, hello));
   GM_ASSIGN_OR_RETURN(v1::Envelope peer, Await(v1::Envelope::kHello, "Hello"));
   GM_RETURN_IF_ERROR(wire::CheckHello(peer.hello()));
+  GM_RETURN_IF_ERROR(ChooseCodecs(peer.hello()));
 
   v1::Envelope env;
   auto* m = env.mutable_manifest();
@@ -235,8 +283,13 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
             }
           } else {
             rr.pages_sent += k - j;
+            auto raw = std::span<const std::byte>(buf_).subspan(sub_off, sub_len);
+            CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
+            auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
+            rr.raw_bytes += sub_len;
+            rr.payload_bytes += payload.size();
             GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + sub_off,
-                                             static_cast<uint32_t>(sub_len), std::span(buf_).subspan(sub_off, sub_len)));
+                                             static_cast<uint32_t>(sub_len), payload, static_cast<uint8_t>(used)));
           }
           j = k;
         }
@@ -532,6 +585,12 @@ MigrationReport Source::Run() {
   report_.outcome = Outcome::kCompleted;
   report_.verified = true;
   report_.bytes_sent = sender_->bytes_sent();
+  uint64_t raw = 0, payload = 0;
+  for (const auto& r : report_.rounds) {
+    raw += r.raw_bytes;
+    payload += r.payload_bytes;
+  }
+  report_.compression_ratio = payload ? static_cast<double>(raw) / static_cast<double>(payload) : 1.0;
   report_.total_ms = MsBetween(t0_, Clock::now());
   Phase(Phase::kCompleted, final_round);
   ReportProgress(Phase::kCompleted, final_round, 0, 0, true);

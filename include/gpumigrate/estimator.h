@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gpumigrate/clock.h"
+#include "gpumigrate/codec.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
 
@@ -42,7 +43,9 @@ struct WorkingSetCurve {
 struct RegionProfile {
   RegionInfo info;
   double nonzero_fraction = 1.0;   // of pages, sampled
-  double compression_ratio = 1.0;  // raw / wire bytes; 1 until a codec exists
+  double compression_ratio = 1.0;  // effective raw / wire bytes the model applies
+  CodecSample codecs;              // sampled ratios and speeds of each codec
+  std::string codec = "none";      // the codec the model assumes for this region
   WorkingSetCurve dirty;
 };
 
@@ -58,6 +61,8 @@ struct SampleOptions {
   std::chrono::nanoseconds sample = std::chrono::seconds(2);
   std::chrono::nanoseconds interval = std::chrono::milliseconds(10);
   uint32_t pages_sampled_per_region = 512;
+  uint32_t codec_sample_bytes = 1 << 20;  // of non-zero pages per region, for the codec ratios
+  int codec_level = 1;
 };
 
 // Observes `device` (which must be RUNNING and not being migrated) for
@@ -118,6 +123,7 @@ struct EstimateOptions {
   std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
   std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
   uint32_t max_rounds = 30;
+  CodecChoice codec;            // what the migration will use
   uint64_t project_bytes = 0;   // 0: no projection
   bool project_scale_dirty = true;
   bool recalibrate = false;

@@ -21,6 +21,8 @@ struct RoundReport {
   uint64_t dirty_bytes = 0;   // bytes of the pages this round had to consider
   uint64_t pages_sent = 0;    // pages sent with data
   uint64_t zero_pages = 0;    // pages sent as "now zero" (or skipped as zero in round 0)
+  uint64_t raw_bytes = 0;     // bytes of the pages sent with data, before the codec
+  uint64_t payload_bytes = 0; // the same pages' bytes as sent, after the codec
   double ms = 0;
 };
 
@@ -41,6 +43,13 @@ struct MigrationReport {
   double predicted_stun_ms = -1;     // at the switchover decision; < 0 when none was made
   std::string switchover_reason;
   std::string resolution;            // what an operator must do (in doubt, aborted)
+  struct RegionCodec {
+    std::string region;
+    std::string codec;  // what this region's frames were encoded with
+    double sampled_zstd_ratio = 0, sampled_shuffle_ratio = 0;  // auto only
+  };
+  std::vector<RegionCodec> codecs;
+  double compression_ratio = 1;      // raw page bytes / their payload bytes, whole migration
   bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
   bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };

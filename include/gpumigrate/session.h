@@ -30,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "gpumigrate/codec.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/report.h"
 #include "gpumigrate/stream.h"
@@ -76,6 +77,9 @@ struct SourceOptions {
   std::chrono::nanoseconds switchover_fixed_cost = 2ms;  // round trips and device stop/resume, assumed
   double bandwidth_limit_bytes_per_s = 0;            // 0: unlimited
   uint32_t max_frame_payload_bytes = 1 << 20;
+  // Payload codec; `auto` samples each region and compresses only where it pays
+  // on a link capped by bandwidth_limit_bytes_per_s (unlimited: no compression).
+  CodecChoice codec;
   bool verify_full = false;                          // re-read the source at stop and compare (lengthens the stun)
   // When rounds stop shrinking and the stun would exceed max_stun: switch anyway
   // (true) or abort and recommend drain-and-replace (false).

@@ -29,6 +29,8 @@ contains "unknown spec key message" "$tmp/e2" "unknown key 'colour'"
 "$bin" demo --bandwidth 5parsecs >"$tmp/e3" 2>&1; check "bad rate" 2 $?
 "$bin" demo --downtime-target soon >"$tmp/e4" 2>&1; check "bad duration" 2 $?
 "$bin" demo --verify maybe >"$tmp/e5" 2>&1; check "bad verify mode" 2 $?
+"$bin" demo --codec lz4 >"$tmp/e8" 2>&1; check "unknown codec" 2 $?
+contains "unknown codec message" "$tmp/e8" "is not one of none, zstd"
 
 small="sim:size=48MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
 "$bin" demo --json --device "$small" --warmup 50ms --run-after 100ms --bandwidth 400MB/s --downtime-target 20ms \
@@ -55,6 +57,21 @@ assert r["bytes_sent"] == sum(x["bytes"] for x in r["rounds"])
 assert r["destination"]["self_check"] == "ok", r["destination"]
 assert r["destination"]["kernels_run_after_resume"] > 0
 print("ok: demo JSON follows the contract")
+PY
+
+# Compression where it pays: auto picks zstd or shuffle for the bf16 regions on a slow link.
+"$bin" demo --json --device "$small" --warmup 10ms --run-after 10ms --bandwidth 100MB/s --codec auto \
+  --downtime-target 50ms >"$tmp/codec.json" 2>/dev/null
+check "demo --codec auto" 0 $?
+python3 - "$tmp/codec.json" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["outcome"] == "completed" and r["verified"], r
+codecs = {c["region"]: c["codec"] for c in r["codecs"]}
+assert codecs["weights"] in ("zstd", "shuffle-zstd"), codecs
+assert codecs["free_pool"] == "none", codecs
+assert r["compression_ratio"] > 1.2, r["compression_ratio"]
+print("ok: auto codec compresses on a slow link")
 PY
 
 # Dirty rate far above the capped link: aborted, drain-and-replace, exit 1.

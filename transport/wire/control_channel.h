@@ -20,6 +20,9 @@ namespace gpumigrate::wire {
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kOldestProtocolVersion = 1;  // the previous version, once there is one
 constexpr uint32_t kMaxControlMessageBytes = 16 << 20;
+// Hello capabilities: the payload codecs a peer can decode.
+constexpr const char* kCapZstd = "codec:zstd";
+constexpr const char* kCapShuffleZstd = "codec:shuffle16-zstd";
 
 Status SendEnvelope(Stream& stream, const v1::Envelope& env);
 Result<v1::Envelope> RecvEnvelope(Stream& stream);

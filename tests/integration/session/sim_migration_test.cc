@@ -90,10 +90,10 @@ TEST(SimMigration, ByteForByteAndCanariesAtStop) {
   EXPECT_GT(p.src->Position().step, 2u);
 }
 
-class StreamsAndPages : public ::testing::TestWithParam<std::tuple<uint32_t, std::string>> {};
+class StreamsAndPages : public ::testing::TestWithParam<std::tuple<uint32_t, std::string, std::string>> {};
 
 TEST_P(StreamsAndPages, EqualAtStop) {
-  auto [streams, spec] = GetParam();
+  auto [streams, spec, codec] = GetParam();
   Pair p = MakePair(spec);
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   LocalMigrationOptions opt;
@@ -101,6 +101,7 @@ TEST_P(StreamsAndPages, EqualAtStop) {
   opt.source.bandwidth_limit_bytes_per_s = 300e6;
   opt.source.downtime_target = std::chrono::milliseconds(15);
   opt.source.max_frame_payload_bytes = 96 << 10;  // many frames, so streams interleave
+  opt.source.codec = *ParseCodecChoice(codec);
   ::testing::AssertionResult equal = ::testing::AssertionFailure() << "commit never reached";
   opt.destination.on_phase = [&](Phase phase, uint32_t) {
     if (phase == Phase::kCommitReceived) equal = DevicesEqual(*p.src, *p.dst);
@@ -109,14 +110,21 @@ TEST_P(StreamsAndPages, EqualAtStop) {
   ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
   EXPECT_TRUE(res.destination.verified);
   EXPECT_TRUE(equal);
+  if (codec != "none") {
+    EXPECT_GT(res.source.compression_ratio, 1.1) << codec;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Variants, StreamsAndPages,
-    ::testing::Values(std::make_tuple(1u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms"),
-                      std::make_tuple(3u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms"),
-                      std::make_tuple(4u, "sim:size=40MiB,hot=3MiB,kv_rate=256MiB/s,page=64KiB,step=1ms"),
-                      std::make_tuple(2u, "sim:size=20MiB,static=0,kv=0.9,hot=1MiB,kv_rate=200MiB/s,page=16KiB,step=1ms")));
+    ::testing::Values(std::make_tuple(1u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms", "none"),
+                      std::make_tuple(3u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms", "none"),
+                      std::make_tuple(4u, "sim:size=40MiB,hot=3MiB,kv_rate=256MiB/s,page=64KiB,step=1ms", "none"),
+                      std::make_tuple(2u, "sim:size=20MiB,static=0,kv=0.9,hot=1MiB,kv_rate=200MiB/s,page=16KiB,step=1ms",
+                                      "none"),
+                      std::make_tuple(1u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=16KiB,step=2ms", "zstd"),
+                      std::make_tuple(3u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms", "shuffle"),
+                      std::make_tuple(2u, "sim:size=32MiB,hot=2MiB,kv_rate=64MiB/s,page=64KiB,step=1ms", "zstd:3")));
 
 TEST(SimMigration, NonConvergingMigrationAbortsWithDrainAndReplace) {
   // The hot set alone is rewritten far faster than the capped link can carry it.

@@ -96,6 +96,23 @@ class ScriptedSource {
     ASSERT_TRUE(data_[stream]->WriteAll(payload).ok());
     ASSERT_TRUE(data_[stream]->WriteAll(tag).ok());
   }
+  // A frame with any payload and codec flags, tagged correctly.
+  void RawFrame(int stream, uint64_t seq, uint64_t page, uint8_t codec, std::vector<std::byte> payload,
+                uint32_t raw_length) {
+    wire::FrameHeader h;
+    h.type = wire::FrameType::kPages;
+    h.codec_flags = codec;
+    h.stream_id = static_cast<uint32_t>(stream);
+    h.sequence = seq;
+    h.offset = page * kPage;
+    h.raw_length = raw_length;
+    h.payload_length = static_cast<uint32_t>(payload.size());
+    auto hb = wire::EncodeHeader(h);
+    auto tag = wire::ComputeTag(kKey, hb, payload);
+    ASSERT_TRUE(data_[stream]->WriteAll(hb).ok());
+    ASSERT_TRUE(data_[stream]->WriteAll(payload).ok());
+    ASSERT_TRUE(data_[stream]->WriteAll(tag).ok());
+  }
   void RoundEnd(uint32_t round, std::vector<uint64_t> counts) {
     v1::Envelope e;
     e.mutable_round_end()->set_round(round);
@@ -180,6 +197,32 @@ TEST(DestinationProtocol, FrameOfAnotherSessionIsRejected) {
   ASSERT_TRUE(abort.ok() && abort->has_abort()) << abort.status().ToString();
   EXPECT_NE(abort->abort().reason().find("tag mismatch"), std::string::npos) << abort->abort().reason();
   EXPECT_EQ(s.Finish().outcome, Outcome::kAborted);
+}
+
+// A correctly tagged frame whose compressed payload is not what it claims: the
+// decoder's checks, not the tag, must stop it.
+TEST(DestinationProtocol, CompressedPayloadThatDoesNotDecodeIsRejected) {
+  ScriptedSource s(1);
+  s.Handshake();
+  s.ManifestAndReady();
+  s.RawFrame(0, 0, 2, /*zstd*/ 1, std::vector<std::byte>(100, std::byte{7}), kPage);
+  auto abort = s.Recv();
+  ASSERT_TRUE(abort.ok() && abort->has_abort()) << abort.status().ToString();
+  EXPECT_NE(abort->abort().reason().find("data stream 0, frame 0: zstd payload is not a zstd frame"),
+            std::string::npos)
+      << abort->abort().reason();
+  EXPECT_EQ(s.Finish().outcome, Outcome::kAborted);
+}
+
+TEST(DestinationProtocol, UnknownCodecIsRejected) {
+  ScriptedSource s(1);
+  s.Handshake();
+  s.ManifestAndReady();
+  s.RawFrame(0, 0, 2, /*codec*/ 9, std::vector<std::byte>(kPage, std::byte{7}), kPage);
+  auto abort = s.Recv();
+  ASSERT_TRUE(abort.ok() && abort->has_abort()) << abort.status().ToString();
+  EXPECT_NE(abort->abort().reason().find("codec flags 0x9 are not a known codec"), std::string::npos)
+      << abort->abort().reason();
 }
 
 TEST(DestinationProtocol, ForeignProtocolVersionIsRefusedNamingBoth) {
