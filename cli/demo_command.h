@@ -7,16 +7,13 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/source_flags.h"
+
 namespace gpumigrate::cli {
 
 struct DemoFlags {
   std::string device = "sim:llm";
-  uint32_t streams = 2;
-  std::string downtime_target = "300ms";
-  std::string max_stun = "100s";
-  uint32_t max_rounds = 30;
-  std::string bandwidth;  // empty: unlimited
-  std::string verify = "digest";
+  SourceFlags src;
   std::string warmup = "500ms";
   std::string run_after = "500ms";
   bool json = false;

@@ -14,6 +14,7 @@
 
 #include "cli/demo_command.h"
 #include "cli/estimate_command.h"
+#include "cli/net_commands.h"
 
 namespace {
 
@@ -45,6 +46,11 @@ int main(int argc, char** argv) {
   gpumigrate::cli::EstimateFlags estimate;
   CLI::App* estimate_cmd = gpumigrate::cli::AddEstimateCommand(app, estimate);
 
+  gpumigrate::cli::MigrateFlags migrate;
+  CLI::App* migrate_cmd = gpumigrate::cli::AddMigrateCommand(app, migrate);
+  gpumigrate::cli::ReceiveFlags receive;
+  CLI::App* receive_cmd = gpumigrate::cli::AddReceiveCommand(app, receive);
+
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
   help_cmd->add_option("command", help_topic, "The command to describe");
@@ -74,5 +80,7 @@ int main(int argc, char** argv) {
   std::signal(SIGTERM, OnSignal);
   if (*demo_cmd) return gpumigrate::cli::RunDemo(demo, g_cancel);
   if (*estimate_cmd) return gpumigrate::cli::RunEstimate(estimate);
+  if (*migrate_cmd) return gpumigrate::cli::RunMigrate(migrate, g_cancel);
+  if (*receive_cmd) return gpumigrate::cli::RunReceive(receive, g_cancel);
   return 2;
 }

@@ -1,6 +1,9 @@
 #include "cli/report_print.h"
 
+#include <thread>
+
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "gpumigrate/units.h"
 
@@ -44,6 +47,50 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     fmt::print(out, "\n");
     for (const auto& [k, v] : r.stun_breakdown_ms) fmt::print(out, "    {:<16} {:>9.2f} ms\n", k, v);
   }
+}
+
+// The probe's report: the rounds as measured beside the estimator's prediction.
+void PrintProbe(FILE* out, const std::string& title, const MigrationReport& r, const EstimateReport& e) {
+  const Prediction& p = e.prediction;
+  fmt::print(out, "{} --dry-run: probe {}, the engine {} switch over\n", title,
+             r.status.ok() ? "complete" : "failed", r.would_switch ? "would" : "would NOT");
+  if (!r.status.ok()) fmt::print(out, "  error:      {}\n", r.status.message());
+  fmt::print(out, "  {}\n", r.resolution);
+  fmt::print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", "round", "predicted", "ms", "measured", "ms");
+  size_t n = std::max(p.mid.rounds.size(), r.rounds.size());
+  for (size_t i = 0; i < n; ++i) {
+    std::string pb = i < p.mid.rounds.size() ? FormatBytes(p.mid.rounds[i].bytes) : "-";
+    std::string pm = i < p.mid.rounds.size() ? fmt::format("{:.1f}", p.mid.rounds[i].seconds * 1e3) : "-";
+    std::string mb = i < r.rounds.size() ? FormatBytes(static_cast<double>(r.rounds[i].bytes)) : "-";
+    std::string mm = i < r.rounds.size() ? fmt::format("{:.1f}", r.rounds[i].ms) : "-";
+    fmt::print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", i, pb, pm, mb, mm);
+  }
+  fmt::print(out, "  stun, estimated before anything moved:   {:.1f} ms (range {:.1f} to {:.1f}), {}\n", p.mid.stun_ms,
+             p.stun_low_ms, p.stun_high_ms, EstimateDecisionName(p.decision));
+  fmt::print(out, "  stun, predicted from the probe's rounds: {:.1f} ms ({})\n", r.predicted_stun_ms,
+             r.switchover_reason);
+  fmt::print(out, "  pre-copy: predicted {:.2f} s, measured {:.2f} s\n", (p.mid.total_ms - p.mid.stun_ms) / 1e3,
+             r.total_ms / 1e3);
+}
+
+ResumeCheck RunResumeCheck(SimDevice& dest, std::chrono::nanoseconds run_after) {
+  ResumeCheck c;
+  SimPosition resumed_at = dest.Position();
+  std::this_thread::sleep_for(run_after);
+  Status paused = dest.SetState(DeviceState::kStop);
+  uint64_t kernels = dest.KernelsRun();
+  auto check = paused.ok() ? dest.SelfCheck() : Result<uint64_t>(paused);
+  c.ok = check.ok();
+  nlohmann::ordered_json j{{"resumed_at_step", resumed_at.step},
+                           {"resumed_at_layer", resumed_at.layer},
+                           {"kernels_run_after_resume", kernels},
+                           {"self_check", check.ok() ? std::string("ok") : check.status().message()}};
+  c.json = j.dump();
+  c.line = fmt::format(
+      "  destination: resumed at step {} layer {}, ran {} kernels in {:.1f} s; self-check of activation canaries: {}",
+      resumed_at.step, resumed_at.layer, kernels, std::chrono::duration<double>(run_after).count(),
+      check.ok() ? fmt::format("ok ({} pages)", *check) : check.status().message());
+  return c;
 }
 
 int ExitCodeFor(const MigrationReport& r) {

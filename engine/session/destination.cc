@@ -88,6 +88,7 @@ class Destination {
   uint32_t max_payload_ = 0;
   std::atomic<bool> done_{false};
   bool prepared_ = false;
+  bool resuming_ = false;  // the device entered RESUMING: a failure must discard
   Mailbox box_;
   std::unique_ptr<ControlReader> reader_;
   std::vector<std::thread> receivers_;
@@ -327,6 +328,13 @@ Status Destination::Prepare(const v1::Prepare& p) {
 }
 
 MigrationReport Destination::Fail(Status st, const std::string& phase, bool tell_peer) {
+  // A stream that broke because the source aborted: report the source's reason.
+  if (st.code() == StatusCode::kUnavailable) {
+    if (auto abort = box_.PeerAbort(Clock::now() + std::chrono::seconds(1))) {
+      st = Aborted(fmt::format("{} (source aborted in phase {}: {})", st.message(), abort->phase(), abort->reason()));
+      tell_peer = false;
+    }
+  }
   if (tell_peer) {
     v1::Envelope abort;
     abort.mutable_abort()->set_reason(st.message());
@@ -349,6 +357,11 @@ MigrationReport Destination::Fail(Status st, const std::string& phase, bool tell
   report_.outcome = Outcome::kAborted;
   report_.status = st.WithContext(fmt::format("migration aborted in {}", phase));
   report_.verified = false;
+  if (!resuming_) {
+    // Failed before the device took any data (handshake): nothing to discard.
+    report_.resolution = "nothing was received; the source keeps running";
+    return report_;
+  }
   Status discard = dev_.SetState(DeviceState::kError);
   report_.resolution = discard.ok() ? "everything received was discarded; the source keeps running"
                                     : "discarding failed: " + discard.message();
@@ -369,6 +382,7 @@ MigrationReport Destination::Run() {
   Phase(Phase::kHandshake, 0);
   if (Status st = Handshake(); !st.ok()) return Fail(st, "handshake", true);
   if (Status st = dev_.SetState(DeviceState::kResuming); !st.ok()) return Fail(st, "handshake", true);
+  resuming_ = true;
   for (size_t s = 0; s < streams_.data.size(); ++s) receivers_.emplace_back([this, s] { Receive(s); });
   v1::Envelope ready;
   ready.mutable_ready();

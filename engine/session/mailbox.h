@@ -41,6 +41,27 @@ class Mailbox {
     return failure_;
   }
 
+  // The control reader has stopped: no further message will come.
+  void ReaderDone() {
+    std::lock_guard lk(mu_);
+    reader_done_ = true;
+    cv_.notify_all();
+  }
+
+  // After a local failure: the peer's Abort if one is queued or arrives before
+  // the reader stops or `deadline` passes. A peer that aborts sends Abort before
+  // it closes its streams, so a broken stream is often only the echo of it.
+  std::optional<wire::v1::Abort> PeerAbort(Clock::time_point deadline) {
+    std::unique_lock lk(mu_);
+    while (true) {
+      for (const auto& env : queue_) {
+        if (env.has_abort()) return env.abort();
+      }
+      if (reader_done_ || Clock::now() >= deadline) return std::nullopt;
+      cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+    }
+  }
+
   // Wakes waiters so they can re-check a condition of their own (e.g. frame counts).
   void Notify() {
     std::lock_guard lk(mu_);
@@ -90,6 +111,7 @@ class Mailbox {
   std::condition_variable cv_;
   std::deque<wire::v1::Envelope> queue_;
   Status failure_;
+  bool reader_done_ = false;
 };
 
 // Reads envelopes from `control` into `box` until the stream fails. An Abort from
@@ -103,6 +125,7 @@ class ControlReader {
             auto env = wire::RecvEnvelope(*control);
             if (!env.ok()) {
               if (!stop_.load()) box->Fail(env.status());
+              box->ReaderDone();
               return;
             }
             if (env->has_abort() && on_abort) on_abort(env->abort());

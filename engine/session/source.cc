@@ -354,15 +354,10 @@ MigrationReport Source::Fail(Status st, const std::string& phase) {
   // alone when it came first, and add it when our own failure came first.
   const bool peer_first = peer_aborted_.load();
   if (peer_first || st.code() == StatusCode::kUnavailable) {
-    auto deadline = Clock::now() + std::chrono::seconds(1);
-    while (true) {
-      auto env = box_.Next(deadline, nullptr, "the destination's reason");
-      if (!env.ok()) break;
-      if (env->has_abort()) {
-        std::string peer = fmt::format("destination aborted in phase {}: {}", env->abort().phase(),
-                                       env->abort().reason());
+    if (auto abort = box_.PeerAbort(Clock::now() + std::chrono::seconds(1))) {
+      std::string peer = fmt::format("destination aborted in phase {}: {}", abort->phase(), abort->reason());
+      if (st.message().find(peer) == std::string::npos) {
         st = peer_first ? Aborted(peer) : Status(st.code(), fmt::format("{} ({})", st.message(), peer));
-        break;
       }
     }
   }

@@ -233,6 +233,7 @@ TEST(DestinationProtocol, ForeignProtocolVersionIsRefusedNamingBoth) {
   EXPECT_NE(abort->abort().reason().find("peer speaks protocol version 7, this build speaks version 1"),
             std::string::npos)
       << abort->abort().reason();
+  EXPECT_EQ(s.Finish().outcome, Outcome::kAborted);
   EXPECT_TRUE(s.device().transitions.empty()) << "nothing is touched before the handshake";
 }
 

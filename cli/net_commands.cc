@@ -1,0 +1,220 @@
+#include "cli/net_commands.h"
+
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/estimate_command.h"
+#include "cli/progress.h"
+#include "cli/report_print.h"
+#include "gpumigrate/calibration.h"
+#include "gpumigrate/sim.h"
+#include "gpumigrate/units.h"
+#include "transport/net/session_connect.h"
+
+namespace gpumigrate::cli {
+namespace {
+
+constexpr const char* kInsecureHelp =
+    "Run the control channel and data unencrypted and unauthenticated (frames keep their integrity tag). Required "
+    "until TLS exists in this build: use only on a trusted network";
+
+int Usage(const char* cmd, const Status& s) {
+  fmt::print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
+  return 2;
+}
+
+int NeedInsecure(const char* cmd) {
+  fmt::print(stderr,
+             "gpumigrate {}: the TLS control channel and encrypted data streams are not built yet; pass "
+             "--insecure-no-tls to migrate unencrypted on a trusted network\n",
+             cmd);
+  return 2;
+}
+
+Result<SimSpec> SimOnly(const std::string& device) {
+  if (device.rfind("sim", 0) != 0) {
+    return InvalidArgument(fmt::format("device '{}' is not supported yet: only sim devices exist in this build", device));
+  }
+  return ParseSimSpec(device);
+}
+
+}  // namespace
+
+CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
+  auto* c = app.add_subcommand("migrate",
+                               "Live-migrate a device to a `gpumigrate receive` on another host (or process) over TCP.");
+  c->add_option("--device", f.device, "Device spec (sim:llm or sim:key=value,...; see `gpumigrate help demo`)")
+      ->capture_default_str();
+  c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
+  AddSourceFlags(c, f.src);
+  c->add_option("--warmup", f.warmup, "Let the workload run this long before migrating")->capture_default_str();
+  c->add_option("--connect-timeout", f.connect_timeout, "How long to try reaching the receiver")->capture_default_str();
+  c->add_flag("--dry-run", f.dry_run,
+              "Probe: estimate first, then pre-copy to the receiver until the switchover decision and abort cleanly "
+              "(the source never stops, the receiver discards); report measured vs predicted");
+  c->add_option("--sample", f.sample, "With --dry-run: how long the estimator observes first")->capture_default_str();
+  c->add_flag("--insecure-no-tls", f.insecure, kInsecureHelp);
+  c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
+  return c;
+}
+
+CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
+  auto* c = app.add_subcommand("receive", "Wait for one `gpumigrate migrate` and become the destination device.");
+  c->add_option("--listen", f.listen, "ADDR:PORT to listen on (port 0: any free port, see --port-file)")->required();
+  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry")
+      ->capture_default_str();
+  c->add_option("--accept-timeout", f.accept_timeout, "How long to wait for the source")->capture_default_str();
+  c->add_option("--port-file", f.port_file, "Write the port actually listened on to this file");
+  c->add_option("--run-after", f.run_after,
+                "After the switchover, let the workload run this long here, then pause it and self-check its memory")
+      ->capture_default_str();
+  c->add_flag("--insecure-no-tls", f.insecure, kInsecureHelp);
+  c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
+  return c;
+}
+
+int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
+  if (!f.insecure) return NeedInsecure("migrate");
+  auto spec = SimOnly(f.device);
+  if (!spec.ok()) return Usage("migrate", spec.status());
+  auto to = ParseHostPort(f.to);
+  if (!to.ok()) return Usage("migrate", to.status());
+  auto opts = MakeSourceOptions(f.src);
+  if (!opts.ok()) return Usage("migrate", opts.status());
+  auto warmup = ParseDuration(f.warmup);
+  auto connect_timeout = ParseDuration(f.connect_timeout);
+  if (!warmup.ok() || !connect_timeout.ok()) {
+    return Usage("migrate", !warmup.ok() ? warmup.status() : connect_timeout.status());
+  }
+  SourceOptions o = *opts;
+  o.cancel = &cancel;
+  o.dry_run = f.dry_run;
+  if (auto cal = LoadStoredCalibration(); cal.ok()) {
+    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
+  }
+  auto src = SimDevice::Create(*spec, SimRole::kSource);
+  if (!src.ok()) return Usage("migrate", src.status());
+  ProgressPrinter progress(stderr);
+  progress.Note(fmt::format("source: {}, workload running", (*src)->Describe()));
+  std::this_thread::sleep_for(*warmup);
+
+  std::optional<EstimateReport> estimate;
+  if (f.dry_run) {
+    EstimateFlags ef;
+    ef.sample = f.sample;
+    ef.downtime_target = f.src.downtime_target;
+    ef.max_stun = f.src.max_stun;
+    ef.max_rounds = f.src.max_rounds;
+    ef.link = f.src.bandwidth;
+    ef.codec = f.src.codec;
+    auto eo = MakeEstimateOptions(ef);
+    if (!eo.ok()) return Usage("migrate", eo.status());
+    auto er = EstimateDevice(**src, *eo, SystemClock());
+    if (!er.ok()) {
+      fmt::print(stderr, "gpumigrate migrate: {}\n", er.status().message());
+      return 1;
+    }
+    estimate = std::move(er).value();
+    o.switchover_fixed_cost = estimate->params.fixed_cost;
+  }
+
+  auto ns = ConnectSession(*to, f.src.streams,
+                           std::chrono::duration_cast<std::chrono::milliseconds>(*connect_timeout));
+  if (!ns.ok()) {
+    // Nothing moved: the source never left RUNNING.
+    fmt::print(stderr, "gpumigrate migrate: {} (the source keeps running)\n", ns.status().message());
+    if (f.json) {
+      fmt::print("{}\n", nlohmann::ordered_json{{"outcome", "aborted"},
+                                                {"verified", false},
+                                                {"error", ns.status().message()},
+                                                {"failed_phase", "connect"},
+                                                {"resolution", "the source is RUNNING; nothing was sent"}}
+                             .dump());
+    }
+    return 1;
+  }
+  progress.Note(fmt::format("connected to {} with {} data stream{} (INSECURE: no TLS)", f.to, f.src.streams,
+                            f.src.streams == 1 ? "" : "s"));
+  o.session_id = ns->session_id;
+  o.on_progress = [&](const Progress& p) { progress.Update(p); };
+  MigrationReport r = RunSource(**src, ns->View(), o);
+  progress.Finish();
+  if (estimate) {
+    if (f.json) {
+      auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+      j["estimate"] = nlohmann::ordered_json::parse(EstimateToJson(*estimate));
+      fmt::print("{}\n", j.dump());
+    } else {
+      PrintProbe(stdout, "gpumigrate migrate", r, *estimate);
+    }
+    return r.status.ok() ? 0 : ExitCodeFor(r);
+  }
+  if (f.json) {
+    fmt::print("{}\n", ReportToJson(r));
+  } else {
+    PrintReport(stdout, "gpumigrate migrate", r);
+  }
+  return ExitCodeFor(r);
+}
+
+int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
+  if (!f.insecure) return NeedInsecure("receive");
+  auto spec = SimOnly(f.device);
+  if (!spec.ok()) return Usage("receive", spec.status());
+  auto at = ParseHostPort(f.listen);
+  if (!at.ok()) return Usage("receive", at.status());
+  auto accept_timeout = ParseDuration(f.accept_timeout);
+  auto run_after = ParseDuration(f.run_after);
+  if (!accept_timeout.ok() || !run_after.ok()) {
+    return Usage("receive", !accept_timeout.ok() ? accept_timeout.status() : run_after.status());
+  }
+  auto dst = SimDevice::Create(*spec, SimRole::kDestination);
+  if (!dst.ok()) return Usage("receive", dst.status());
+  auto listener = TcpListener::Listen(*at);
+  if (!listener.ok()) return Usage("receive", listener.status());
+  if (!f.port_file.empty()) {
+    std::ofstream pf(f.port_file + ".tmp");
+    pf << (*listener)->port() << "\n";
+    pf.close();
+    std::rename((f.port_file + ".tmp").c_str(), f.port_file.c_str());
+  }
+  fmt::print(stderr, "receive: listening on {}:{} for {} (INSECURE: no TLS)\n", at->host, (*listener)->port(),
+             (*dst)->Describe());
+  auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout));
+  if (!ns.ok()) {
+    fmt::print(stderr, "gpumigrate receive: {}\n", ns.status().message());
+    return 1;
+  }
+  fmt::print(stderr, "receive: session {:016x} joined with {} data streams\n", ns->session_id, ns->data.size());
+  DestinationOptions o;
+  o.cancel = &cancel;
+  o.on_phase = [](Phase p, uint32_t round) {
+    if (p == Phase::kRoundEnd) fmt::print(stderr, "receive: round {} applied\n", round);
+    if (p == Phase::kPreparedSent) fmt::print(stderr, "receive: verified and prepared; waiting for commit\n");
+  };
+  MigrationReport r = RunDestination(**dst, ns->View(), o);
+  ResumeCheck check;
+  int rc = ExitCodeFor(r);
+  if (r.outcome == Outcome::kCompleted) {
+    check = RunResumeCheck(**dst, *run_after);
+    if (!check.ok) rc = 1;
+  }
+  if (f.json) {
+    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+    if (!check.json.empty()) j["destination"] = nlohmann::ordered_json::parse(check.json);
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print("gpumigrate receive: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
+    if (!r.status.ok()) fmt::print("  error:      {}\n", r.status.message());
+    if (!r.resolution.empty()) fmt::print("  resolution: {}\n", r.resolution);
+    fmt::print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
+    if (!check.line.empty()) fmt::print("{}\n", check.line);
+  }
+  return rc;
+}
+
+}  // namespace gpumigrate::cli

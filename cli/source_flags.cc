@@ -1,0 +1,51 @@
+#include "cli/source_flags.h"
+
+#include "gpumigrate/units.h"
+
+namespace gpumigrate::cli {
+
+void AddSourceFlags(CLI::App* c, SourceFlags& f) {
+  c->add_option("--streams", f.streams, "Data streams between source and destination")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  c->add_option("--downtime-target", f.downtime_target, "Switch over once the predicted stun is within this")
+      ->capture_default_str();
+  c->add_option("--max-stun", f.max_stun,
+                "If rounds stop shrinking: switch over when the predicted stun is within this, else abort and "
+                "recommend drain-and-replace")
+      ->capture_default_str();
+  c->add_option("--max-rounds", f.max_rounds, "Most pre-copy rounds before the max-stun rule applies")
+      ->check(CLI::Range(1, 10000))
+      ->capture_default_str();
+  c->add_option("--bandwidth", f.bandwidth, "Cap the sending rate to emulate a slower link, e.g. 10Gbit or 500MB/s");
+  c->add_option("--codec", f.codec,
+                "Payload codec: none, zstd[:LEVEL], shuffle[:LEVEL] (byte planes of 16-bit values, then zstd), or "
+                "auto (per region, only where it beats the --bandwidth cap; never when uncapped)")
+      ->capture_default_str();
+  c->add_option("--verify", f.verify,
+                "digest: the destination checks per-page digests of all it applied; full: also re-read the whole "
+                "source at stop and compare (lengthens the stun; shown as its own line)")
+      ->check(CLI::IsMember({"digest", "full"}))
+      ->capture_default_str();
+  c->add_option("--if-not-converging", f.if_not_converging,
+                "When rounds stop shrinking and the stun would exceed --max-stun: abort (recommend "
+                "drain-and-replace) or switch over anyway")
+      ->check(CLI::IsMember({"abort", "switch"}))
+      ->capture_default_str();
+}
+
+Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
+  SourceOptions o;
+  GM_ASSIGN_OR_RETURN(o.downtime_target, ParseDuration(f.downtime_target));
+  GM_ASSIGN_OR_RETURN(o.max_stun, ParseDuration(f.max_stun));
+  o.max_rounds = f.max_rounds;
+  o.verify_full = f.verify == "full";
+  GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));
+  o.switch_when_not_converging = f.if_not_converging == "switch";
+  if (!f.bandwidth.empty()) {
+    GM_ASSIGN_OR_RETURN(o.bandwidth_limit_bytes_per_s, ParseRateBytesPerS(f.bandwidth));
+  }
+  return o;
+}
+
+}  // namespace gpumigrate::cli

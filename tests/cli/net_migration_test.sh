@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Two gpumigrate processes over loopback TCP: receive + migrate. Every process is
+# bounded by `timeout`; only 127.0.0.1 is used.
+# Usage: net_migration_test.sh path/to/gpumigrate
+set -uo pipefail
+bin=$1
+tmp=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+fail=0
+check() { if [ "$2" != "$3" ]; then echo "FAIL: $1: exit code $3, expected $2"; fail=1; else echo "ok: $1"; fi; }
+export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
+
+# start_receiver NAME DEVICE [ARGS...]: runs `receive` in the background; sets $port and $rpid.
+start_receiver() {
+  local name=$1 dev=$2; shift 2
+  rm -f "$tmp/$name.port"
+  timeout 120 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" \
+    --insecure-no-tls --json --run-after 100ms "$@" >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+  rpid=$!
+  pids+=("$rpid")
+  for _ in $(seq 100); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done
+  port=$(cat "$tmp/$name.port" 2>/dev/null)
+  [ -n "$port" ] || { echo "FAIL: $name: receiver did not start"; cat "$tmp/$name.recv.err"; fail=1; }
+}
+
+json_check() {  # json_check FILE PYTHON-EXPRESSION-ON-r MESSAGE
+  python3 - "$1" "$2" "$3" <<'PY' || fail=1
+import json, sys
+try:
+    r = json.loads(open(sys.argv[1]).read())
+except Exception as e:
+    print(f"FAIL: {sys.argv[3]}: no JSON ({e})"); sys.exit(1)
+if not eval(sys.argv[2]):
+    print(f"FAIL: {sys.argv[3]}: {json.dumps(r)[:600]}"); sys.exit(1)
+print(f"ok: {sys.argv[3]}")
+PY
+}
+
+dev="sim:size=64MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
+
+# 1. One stream, no compression.
+start_receiver one "$dev"
+timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --streams 1 --warmup 50ms \
+  --json >"$tmp/one.json" 2>"$tmp/one.err"
+check "migrate over 1 stream" 0 $?
+wait $rpid; check "receive over 1 stream" 0 $?
+json_check "$tmp/one.json" 'r["outcome"] == "completed" and r["verified"] and len(r["rounds"]) >= 2' "source completed and verified"
+json_check "$tmp/one.recv.json" 'r["outcome"] == "completed" and r["verified"] and r["destination"]["self_check"] == "ok"' \
+  "destination verified and its workload self-checks after resume"
+
+# 2. Several streams with compression on a capped link.
+start_receiver multi "$dev"
+timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --streams 3 --codec zstd \
+  --bandwidth 200MB/s --downtime-target 50ms --warmup 50ms --json >"$tmp/multi.json" 2>/dev/null
+check "migrate over 3 streams with zstd" 0 $?
+wait $rpid; check "receive over 3 streams" 0 $?
+json_check "$tmp/multi.json" 'r["outcome"] == "completed" and r["compression_ratio"] > 1.2' "compressed over 3 streams"
+json_check "$tmp/multi.recv.json" 'r["destination"]["self_check"] == "ok"' "destination self-check after 3 streams"
+
+# 3. The receiver is killed with SIGKILL mid-migration: the source aborts and keeps running.
+big="sim:size=256MiB,hot=2MiB,kv_rate=16MiB/s,page=64KiB,step=2ms"
+start_receiver kill "$big"
+timeout 120 "$bin" migrate --device "$big" --to 127.0.0.1:$port --insecure-no-tls --streams 2 --bandwidth 40MB/s \
+  --warmup 10ms --json >"$tmp/kill.json" 2>/dev/null &
+mpid=$!
+pids+=("$mpid")
+sleep 1.5
+pkill -KILL -P $rpid  # the receiver itself, not the `timeout` around it
+kill -9 $rpid 2>/dev/null
+wait $mpid; check "migrate exits 1 when the receiver dies" 1 $?
+json_check "$tmp/kill.json" 'r["outcome"] == "aborted" and "RUNNING" in r["resolution"] and ("closed" in r["error"] or "reset" in r["error"].lower() or "pipe" in r["error"].lower())' \
+  "receiver killed: aborted with the source RUNNING"
+
+# 4. Devices that do not match: refused at the manifest, on both sides.
+start_receiver mismatch "sim:size=32MiB,hot=2MiB,page=16KiB"
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --warmup 10ms --json \
+  >"$tmp/mm.json" 2>/dev/null
+check "mismatched devices: migrate" 1 $?
+wait $rpid; check "mismatched devices: receive" 1 $?
+json_check "$tmp/mm.json" '"does not fit" in r["error"] or "regions" in r["error"]' "mismatch names the region"
+
+# 5. Nobody listening (the first receiver's port, now closed).
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$(cat "$tmp/one.port") --insecure-no-tls --warmup 10ms --connect-timeout 2s \
+  --json >"$tmp/refused.json" 2>/dev/null
+check "no receiver" 1 $?
+json_check "$tmp/refused.json" '"refused" in r["error"] and r["failed_phase"] == "connect"' "connection refused is reported"
+
+# 6. TLS is not built: the insecure mode must be asked for by name.
+"$bin" migrate --device "$dev" --to 127.0.0.1:1 >"$tmp/tls.err" 2>&1; check "migrate without --insecure-no-tls" 2 $?
+grep -q "insecure-no-tls" "$tmp/tls.err" && echo "ok: message names the option" || { echo "FAIL: no hint"; fail=1; }
+"$bin" receive --listen 127.0.0.1:0 >"$tmp/tls2.err" 2>&1; check "receive without --insecure-no-tls" 2 $?
+
+# 7. Something that is not gpumigrate connects first.
+start_receiver garbage "$dev" --accept-timeout 10s
+python3 -c "
+import socket,sys
+s=socket.create_connection(('127.0.0.1',int(sys.argv[1])),timeout=5); s.sendall(b'GET / HTTP/1.0\r\n\r\n'+b'x'*64); s.close()" "$port"
+wait $rpid; check "receiver refuses a stranger" 1 $?
+grep -q "bad preamble magic" "$tmp/garbage.recv.err" && echo "ok: stranger named" || { echo "FAIL: no magic error"; cat "$tmp/garbage.recv.err"; fail=1; }
+
+# 8. Probe over the network: pre-copy, then abort on purpose.
+start_receiver probe "$dev"
+timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --dry-run --sample 300ms \
+  --warmup 10ms --json >"$tmp/probe.json" 2>/dev/null
+check "migrate --dry-run" 0 $?
+wait $rpid; check "receiver of a probe discards (exit 1)" 1 $?
+json_check "$tmp/probe.json" 'r["dry_run"] and r["estimate"]["predicted_stun_ms"] > 0 and len(r["rounds"]) >= 1' "probe reports measured and predicted"
+json_check "$tmp/probe.recv.json" '"dry run" in r["error"]' "receiver says why it discarded"
+
+if [ $fail -ne 0 ]; then echo "net_migration: FAILED"; exit 1; fi
+echo "net_migration: all checks passed"

@@ -1,0 +1,102 @@
+// TCP streams over loopback only, each bounded in time.
+#include "transport/net/tcp.h"
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace gpumigrate {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(Tcp, ParsesAddresses) {
+  auto a = ParseHostPort("127.0.0.1:7000");
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->host, "127.0.0.1");
+  EXPECT_EQ(a->port, 7000);
+  auto b = ParseHostPort("[::1]:0");
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->host, "::1");
+  EXPECT_FALSE(ParseHostPort("localhost").ok());
+  EXPECT_FALSE(ParseHostPort("localhost:70000").ok());
+  EXPECT_FALSE(ParseHostPort("[::1]7000").ok());
+  EXPECT_FALSE(ParseHostPort(":80").ok());
+}
+
+struct Pair {
+  std::unique_ptr<Stream> client, server;
+};
+
+Pair Connect() {
+  auto l = TcpListener::Listen({"127.0.0.1", 0});
+  EXPECT_TRUE(l.ok()) << l.status().ToString();
+  Pair p;
+  std::thread t([&] {
+    auto c = ConnectTcp({"127.0.0.1", (*l)->port()}, 2000ms);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    p.client = std::move(c).value();
+  });
+  auto s = (*l)->Accept(2000ms, "server");
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  t.join();
+  p.server = std::move(s).value();
+  return p;
+}
+
+TEST(Tcp, CarriesBytesBothWays) {
+  Pair p = Connect();
+  std::vector<std::byte> data(8 << 20);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::byte>(i * 7);
+  std::thread w([&] { EXPECT_TRUE(p.client->WriteAll(data).ok()); });
+  std::vector<std::byte> got(data.size());
+  ASSERT_TRUE(p.server->ReadExact(got).ok());
+  w.join();
+  EXPECT_EQ(got, data);
+  std::byte back[3] = {std::byte{1}, std::byte{2}, std::byte{3}}, in[3];
+  ASSERT_TRUE(p.server->WriteAll(back).ok());
+  ASSERT_TRUE(p.client->ReadExact(in).ok());
+  EXPECT_EQ(in[2], std::byte{3});
+}
+
+TEST(Tcp, PeerCloseIsEndOfStreamWithACount) {
+  Pair p = Connect();
+  std::byte five[5] = {};
+  ASSERT_TRUE(p.client->WriteAll(five).ok());
+  p.client->Close();
+  std::byte ten[10];
+  Status s = p.server->ReadExact(ten);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable);
+  EXPECT_NE(s.message().find("closed after 5 of 10 bytes"), std::string::npos) << s.message();
+}
+
+TEST(Tcp, CloseWakesABlockedReader) {
+  Pair p = Connect();
+  std::thread closer([&] {
+    std::this_thread::sleep_for(20ms);
+    p.server->Close();
+  });
+  std::byte b[1];
+  EXPECT_FALSE(p.server->ReadExact(b).ok());
+  closer.join();
+}
+
+TEST(Tcp, RefusedAndTimedOutAreClearErrors) {
+  // Find a free port, then close it: nobody listens there.
+  uint16_t port;
+  {
+    auto l = TcpListener::Listen({"127.0.0.1", 0});
+    ASSERT_TRUE(l.ok());
+    port = (*l)->port();
+  }
+  auto c = ConnectTcp({"127.0.0.1", port}, 1000ms);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("Connection refused"), std::string::npos) << c.status().message();
+  auto l = TcpListener::Listen({"127.0.0.1", 0});
+  ASSERT_TRUE(l.ok());
+  auto a = (*l)->Accept(50ms, "x");
+  EXPECT_EQ(a.status().code(), StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace gpumigrate

@@ -1,0 +1,130 @@
+#include "transport/net/session_connect.h"
+
+#include <array>
+#include <cstring>
+#include <random>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+namespace gpumigrate {
+namespace {
+
+constexpr uint32_t kMagic = 0x314A4D47;  // "GMJ1"
+constexpr uint16_t kVersion = 1;
+constexpr uint16_t kControl = 1, kData = 2;
+constexpr uint32_t kMaxStreams = 64;
+
+struct Preamble {
+  uint16_t kind = 0;
+  uint32_t streams = 0;
+  uint32_t index = 0;
+  uint64_t session_id = 0;
+  std::array<std::byte, 16> secret{};
+};
+
+std::array<std::byte, 48> Encode(const Preamble& p) {
+  std::array<std::byte, 48> b{};
+  uint16_t version = kVersion;
+  std::memcpy(&b[0], &kMagic, 4);
+  std::memcpy(&b[4], &version, 2);
+  std::memcpy(&b[6], &p.kind, 2);
+  std::memcpy(&b[8], &p.streams, 4);
+  std::memcpy(&b[12], &p.index, 4);
+  std::memcpy(&b[16], &p.session_id, 8);
+  std::memcpy(&b[24], p.secret.data(), 16);
+  return b;
+}
+
+Result<Preamble> Read(Stream& s, std::chrono::milliseconds /*timeout*/) {
+  std::array<std::byte, 48> b;
+  GM_RETURN_IF_ERROR(s.ReadExact(b).WithContext("session join: read preamble"));
+  uint32_t magic;
+  uint16_t version;
+  Preamble p;
+  std::memcpy(&magic, &b[0], 4);
+  std::memcpy(&version, &b[4], 2);
+  std::memcpy(&p.kind, &b[6], 2);
+  std::memcpy(&p.streams, &b[8], 4);
+  std::memcpy(&p.index, &b[12], 4);
+  std::memcpy(&p.session_id, &b[16], 8);
+  std::memcpy(p.secret.data(), &b[24], 16);
+  if (magic != kMagic) return Corrupt(fmt::format("session join: bad preamble magic 0x{:08x} (not a gpumigrate peer?)", magic));
+  if (version != kVersion) {
+    return Corrupt(fmt::format("session join: preamble version {} is not supported (this build speaks {})", version,
+                               kVersion));
+  }
+  for (int i = 40; i < 48; ++i) {
+    if (b[i] != std::byte{0}) return Corrupt("session join: reserved preamble bytes are not zero");
+  }
+  return p;
+}
+
+std::array<std::byte, 16> Token(const std::array<std::byte, 16>& secret, uint64_t session, uint32_t index) {
+  std::byte buf[28];
+  std::memcpy(buf, secret.data(), 16);
+  std::memcpy(buf + 16, &session, 8);
+  std::memcpy(buf + 24, &index, 4);
+  XXH128_hash_t h = XXH3_128bits(buf, sizeof buf);
+  std::array<std::byte, 16> t;
+  std::memcpy(t.data(), &h.low64, 8);
+  std::memcpy(t.data() + 8, &h.high64, 8);
+  return t;
+}
+
+}  // namespace
+
+Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout) {
+  if (streams == 0 || streams > kMaxStreams) {
+    return InvalidArgument(fmt::format("session join: {} data streams is outside 1..{}", streams, kMaxStreams));
+  }
+  std::random_device rd;
+  NetSession ns;
+  ns.session_id = (uint64_t{rd()} << 32) | rd();
+  Preamble ctl;
+  ctl.kind = kControl;
+  ctl.streams = streams;
+  ctl.session_id = ns.session_id;
+  for (auto& b : ctl.secret) b = static_cast<std::byte>(rd());
+  GM_ASSIGN_OR_RETURN(ns.control, ConnectTcp(to, timeout));
+  GM_RETURN_IF_ERROR(ns.control->WriteAll(Encode(ctl)).WithContext("session join: send control preamble"));
+  for (uint32_t i = 0; i < streams; ++i) {
+    GM_ASSIGN_OR_RETURN(auto d, ConnectTcp(to, timeout));
+    Preamble p;
+    p.kind = kData;
+    p.index = i;
+    p.session_id = ns.session_id;
+    p.secret = Token(ctl.secret, ns.session_id, i);
+    GM_RETURN_IF_ERROR(d->WriteAll(Encode(p)).WithContext(fmt::format("session join: data stream {}", i)));
+    ns.data.push_back(std::move(d));
+  }
+  return ns;
+}
+
+Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout) {
+  NetSession ns;
+  GM_ASSIGN_OR_RETURN(ns.control, listener.Accept(timeout, "control"));
+  GM_ASSIGN_OR_RETURN(Preamble ctl, Read(*ns.control, timeout));
+  if (ctl.kind != kControl) return Corrupt("session join: the first connection is not a control connection");
+  if (ctl.streams == 0 || ctl.streams > kMaxStreams) {
+    return Corrupt(fmt::format("session join: {} data streams is outside 1..{}", ctl.streams, kMaxStreams));
+  }
+  ns.session_id = ctl.session_id;
+  ns.data.resize(ctl.streams);
+  for (uint32_t joined = 0; joined < ctl.streams;) {
+    GM_ASSIGN_OR_RETURN(auto d, listener.Accept(timeout, "data"));
+    GM_ASSIGN_OR_RETURN(Preamble p, Read(*d, timeout));
+    // A connection of another session, or a bad token, is refused and dropped; it
+    // does not end this session (it may be a stray or a scanner).
+    if (p.kind != kData || p.session_id != ns.session_id || p.index >= ctl.streams || ns.data[p.index] ||
+        p.secret != Token(ctl.secret, ns.session_id, p.index)) {
+      if (p.session_id != ns.session_id || p.kind != kData) continue;
+      return Corrupt(fmt::format("session join: data stream {} did not authenticate", p.index));
+    }
+    ns.data[p.index] = std::move(d);
+    ++joined;
+  }
+  return ns;
+}
+
+}  // namespace gpumigrate

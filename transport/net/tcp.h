@@ -1,0 +1,49 @@
+// TCP for migrations: address parsing, a listener, connecting with a deadline,
+// and a Stream over a connected socket driven by io_uring.
+//
+// UringTcpStream keeps two rings, one for sends and one for receives, so one
+// writer thread and one reader thread may use the stream at once (the Stream
+// contract). Each WriteAll/ReadExact submits one request at a time on the
+// caller's buffer, resubmits short transfers, and returns when the buffer is
+// fully sent or filled; the buffer must stay valid until then. Close() shuts
+// the socket down, which completes any pending receive with end-of-stream.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gpumigrate/status.h"
+#include "gpumigrate/stream.h"
+
+namespace gpumigrate {
+
+struct HostPort {
+  std::string host;  // "127.0.0.1", "::1", "localhost"
+  uint16_t port = 0;
+};
+// "HOST:PORT" or "[V6]:PORT".
+Result<HostPort> ParseHostPort(std::string_view text);
+
+// Wraps a connected socket (takes ownership of fd).
+Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name);
+
+Result<std::unique_ptr<Stream>> ConnectTcp(const HostPort& to, std::chrono::milliseconds timeout);
+
+class TcpListener {
+ public:
+  // Port 0 picks a free port; port() tells which.
+  static Result<std::unique_ptr<TcpListener>> Listen(const HostPort& at);
+  ~TcpListener();
+  uint16_t port() const { return port_; }
+  // Waits up to `timeout` for one connection.
+  Result<std::unique_ptr<Stream>> Accept(std::chrono::milliseconds timeout, std::string name);
+
+ private:
+  TcpListener(int fd, uint16_t port) : fd_(fd), port_(port) {}
+  int fd_;
+  uint16_t port_;
+};
+
+}  // namespace gpumigrate
