@@ -12,6 +12,7 @@
 
 #include "engine/session/mailbox.h"
 #include "gpumigrate/codec.h"
+#include "transport/crypto/frame_protector.h"
 #include "engine/session/page_hashes.h"
 #include "gpumigrate/session.h"
 #include "transport/wire/control_channel.h"
@@ -51,7 +52,7 @@ class Destination {
   Status WaitForFrames(const google::protobuf::RepeatedField<uint64_t>& counts, const char* what);
   void Receive(size_t s);
   Status ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload, std::vector<std::byte>& raw,
-                      FrameDecoder& decoder);
+                      FrameDecoder& decoder, FrameProtector& protector);
   Status Apply(const wire::FrameHeader& h, std::span<const std::byte> payload);
   Result<v1::Envelope> Next(const char* what);
   void Phase(gpumigrate::Phase p, uint32_t round) {
@@ -84,7 +85,7 @@ class Destination {
   std::atomic<uint64_t> bytes_received_{0};
   std::mutex state_mu_;
   std::vector<std::byte> state_blob_;
-  uint64_t key_ = 0;
+  FrameKeys keys_;
   uint32_t max_payload_ = 0;
   std::atomic<bool> done_{false};
   bool prepared_ = false;
@@ -129,9 +130,18 @@ Status Destination::Handshake() {
 }
 
 Status Destination::CheckManifest(const v1::Manifest& m) {
-  if (m.cipher() != v1::CIPHER_NONE_INTEGRITY_ONLY) {
-    return InvalidArgument(fmt::format("manifest: cipher {} is not supported by this transport",
-                                       v1::Cipher_Name(m.cipher())));
+  if (m.cipher() == v1::CIPHER_AES_256_GCM) {
+    if (!opt_.aes_key) {
+      return InvalidArgument("manifest: the source encrypts with AES-256-GCM but this side has no session key (no TLS)");
+    }
+    keys_.aes_gcm = true;
+    keys_.aes_key = *opt_.aes_key;
+  } else if (m.cipher() == v1::CIPHER_NONE_INTEGRITY_ONLY) {
+    if (opt_.aes_key) {
+      return InvalidArgument("manifest: the source asks for unencrypted frames but this side requires AES-256-GCM");
+    }
+  } else {
+    return InvalidArgument(fmt::format("manifest: cipher {} is not supported", v1::Cipher_Name(m.cipher())));
   }
   if (m.data_streams() != streams_.data.size()) {
     return InvalidArgument(fmt::format("manifest: source uses {} data streams, this side has {}", m.data_streams(),
@@ -154,7 +164,7 @@ Status Destination::CheckManifest(const v1::Manifest& m) {
           wr.name(), wr.size_bytes(), wr.page_size(), r->size_bytes, r->page_size));
     }
   }
-  key_ = m.session_id();
+  keys_.integrity_key = m.session_id();
   max_payload_ = m.max_frame_payload_bytes();
   return Status::Ok();
 }
@@ -198,7 +208,7 @@ Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte>
 // Reads, checks and applies one frame. Everything about the frame is checked
 // before its payload is read or applied.
 Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>& payload, std::vector<std::byte>& raw,
-                                 FrameDecoder& decoder) {
+                                 FrameDecoder& decoder, FrameProtector& protector) {
   std::array<std::byte, wire::kFrameHeaderBytes> hb;
   GM_RETURN_IF_ERROR(streams_.data[s]->ReadExact(hb));
   GM_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::DecodeHeader(hb));
@@ -247,9 +257,7 @@ Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>&
   GM_RETURN_IF_ERROR(streams_.data[s]->ReadExact(payload));
   wire::Tag tag;
   GM_RETURN_IF_ERROR(streams_.data[s]->ReadExact(tag));
-  if (wire::ComputeTag(key_, hb, payload) != tag) {
-    return Corrupt("tag mismatch: the frame is corrupt or belongs to another session");
-  }
+  GM_RETURN_IF_ERROR(protector.Open(hb, h.stream_id, h.sequence, payload, tag));
   if (codec != CodecKind::kNone) {
     raw.resize(h.raw_length);
     GM_RETURN_IF_ERROR(decoder.Decode(codec, payload, raw));
@@ -264,8 +272,9 @@ Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>&
 void Destination::Receive(size_t s) {
   std::vector<std::byte> payload, raw;
   FrameDecoder decoder;  // one zstd context per receiving thread
+  auto protector = MakeFrameProtector(keys_);
   for (uint64_t seq = 0;; ++seq) {
-    Status st = ReceiveFrame(s, seq, payload, raw, decoder);
+    Status st = ReceiveFrame(s, seq, payload, raw, decoder, *protector);
     if (!st.ok()) {
       if (!done_.load()) box_.Fail(st.WithContext(fmt::format("data stream {}, frame {}", s, seq)));
       return;

@@ -19,7 +19,10 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   h.raw_length = raw_length;
   h.payload_length = static_cast<uint32_t>(payload.size());
   auto header = wire::EncodeHeader(h);
-  auto tag = wire::ComputeTag(key_, header, payload);
+  wire::Tag tag;
+  GM_ASSIGN_OR_RETURN(std::span<const std::byte> wire_payload,
+                      protector_->Seal(header, h.stream_id, h.sequence, payload, sealed_, tag));
+  payload = wire_payload;
   uint64_t total = header.size() + payload.size() + tag.size();
   limiter_.Acquire(static_cast<double>(total));
   Stream& out = *streams_[s];

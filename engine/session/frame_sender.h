@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/session/rate_limiter.h"
+#include "transport/crypto/frame_protector.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
 #include "transport/wire/frame.h"
@@ -16,8 +17,9 @@ namespace gpumigrate {
 
 class FrameSender {
  public:
-  FrameSender(std::vector<Stream*> streams, uint64_t key, double rate_limit_bytes_per_s)
-      : streams_(std::move(streams)), key_(key), frames_(streams_.size(), 0), limiter_(rate_limit_bytes_per_s) {}
+  FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s)
+      : streams_(std::move(streams)), protector_(MakeFrameProtector(keys)), frames_(streams_.size(), 0),
+        limiter_(rate_limit_bytes_per_s) {}
 
   Status Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset, uint32_t raw_length,
               std::span<const std::byte> payload, uint8_t codec_flags = 0);
@@ -27,7 +29,8 @@ class FrameSender {
 
  private:
   std::vector<Stream*> streams_;
-  uint64_t key_;
+  std::unique_ptr<FrameProtector> protector_;
+  std::vector<std::byte> sealed_;
   std::vector<uint64_t> frames_;  // == next sequence number per stream
   size_t next_stream_ = 0;
   uint64_t bytes_ = 0;

@@ -204,7 +204,7 @@ Status Source::Handshake() {
   m->set_session_id(session_id_);
   m->set_device(dev_.Describe());
   m->set_data_streams(static_cast<uint32_t>(streams_.data.size()));
-  m->set_cipher(v1::CIPHER_NONE_INTEGRITY_ONLY);
+  m->set_cipher(opt_.aes_key ? v1::CIPHER_AES_256_GCM : v1::CIPHER_NONE_INTEGRITY_ONLY);
   m->set_max_frame_payload_bytes(opt_.max_frame_payload_bytes);
   for (const auto& r : regions_) {
     auto* w = m->add_regions();
@@ -445,7 +445,13 @@ MigrationReport Source::Run() {
     report_.status = Unimplemented("session: the device has no dirty tracker");
     return report_;
   }
-  sender_ = std::make_unique<FrameSender>(streams_.data, session_id_, opt_.bandwidth_limit_bytes_per_s);
+  FrameKeys keys;
+  keys.integrity_key = session_id_;
+  if (opt_.aes_key) {
+    keys.aes_gcm = true;
+    keys.aes_key = *opt_.aes_key;
+  }
+  sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s);
   reader_ = std::make_unique<ControlReader>(streams_.control, &box_, [this](const v1::Abort&) {
     // Stop sending at once; Fail() picks up the reason from the mailbox.
     peer_aborted_ = true;

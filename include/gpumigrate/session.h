@@ -23,8 +23,10 @@
 // the peer learns promptly.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -89,6 +91,9 @@ struct SourceOptions {
   bool dry_run = false;
   std::chrono::nanoseconds peer_timeout = 60s;       // for each reply from the destination
   uint64_t session_id = 0;                           // 0: pick a random one
+  // Set (by the TLS transport, from its exporter): data frames are encrypted with
+  // AES-256-GCM. Unset: integrity-only tags (in process, --insecure-no-tls).
+  std::optional<std::array<std::byte, 32>> aes_key;
   const std::atomic<bool>* cancel = nullptr;         // set to abort (Ctrl-C); borrowed
   std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
   std::function<void(Phase, uint32_t round)> on_phase;
@@ -96,6 +101,9 @@ struct SourceOptions {
 
 struct DestinationOptions {
   std::chrono::nanoseconds peer_timeout = 60s;       // for each message from the source
+  // Set: only AES-256-GCM frames under this key are accepted (a manifest asking
+  // for anything weaker is refused). Unset: integrity-only frames.
+  std::optional<std::array<std::byte, 32>> aes_key;
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(Phase, uint32_t round)> on_phase;
 };
