@@ -19,21 +19,47 @@ namespace gpumigrate::cli {
 namespace {
 
 constexpr const char* kInsecureHelp =
-    "Run the control channel and data unencrypted and unauthenticated (frames keep their integrity tag). Required "
-    "until TLS exists in this build: use only on a trusted network";
+    "Run the control channel and data unencrypted and unauthenticated (frames keep an integrity tag): only on a "
+    "trusted network or for tests";
+
+void AddTlsFlags(CLI::App* c, TlsFlags& f) {
+  c->add_option("--tls-ca", f.ca, "CA certificate (PEM) that signs the peer's certificate (see scripts/make-test-certs)");
+  c->add_option("--tls-cert", f.cert, "This side's certificate chain (PEM)");
+  c->add_option("--tls-key", f.key, "This side's private key (PEM)");
+  c->add_option("--psk-file", f.psk_file,
+                "Instead of certificates: a file with a pre-shared key of at least 32 bytes as hex "
+                "(openssl rand -hex 32), the same on both sides");
+  c->add_option("--psk-identity", f.psk_identity, "The PSK's identity, the same on both sides")->capture_default_str();
+  c->add_flag("--insecure-no-tls", f.insecure, kInsecureHelp);
+}
+
+// nullopt: insecure mode, asked for by name.
+Result<std::optional<TlsConfig>> MakeTls(const TlsFlags& f) {
+  bool any = !f.ca.empty() || !f.cert.empty() || !f.key.empty() || !f.psk_file.empty();
+  if (f.insecure) {
+    if (any) return InvalidArgument("--insecure-no-tls cannot be combined with TLS options");
+    return std::optional<TlsConfig>();
+  }
+  TlsConfig cfg;
+  cfg.ca_file = f.ca;
+  cfg.cert_file = f.cert;
+  cfg.key_file = f.key;
+  cfg.psk_file = f.psk_file;
+  cfg.psk_identity = f.psk_identity;
+  if (!any) {
+    return InvalidArgument(
+        "TLS needs --tls-ca/--tls-cert/--tls-key (scripts/make-test-certs makes a test set) or --psk-file; "
+        "--insecure-no-tls runs without it on a trusted network");
+  }
+  if (std::string p = cfg.Problem(); !p.empty()) return InvalidArgument(p);
+  return std::optional<TlsConfig>(cfg);
+}
 
 int Usage(const char* cmd, const Status& s) {
   fmt::print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
   return 2;
 }
 
-int NeedInsecure(const char* cmd) {
-  fmt::print(stderr,
-             "gpumigrate {}: the TLS control channel and encrypted data streams are not built yet; pass "
-             "--insecure-no-tls to migrate unencrypted on a trusted network\n",
-             cmd);
-  return 2;
-}
 
 Result<SimSpec> SimOnly(const std::string& device) {
   if (device.rfind("sim", 0) != 0) {
@@ -57,7 +83,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
               "Probe: estimate first, then pre-copy to the receiver until the switchover decision and abort cleanly "
               "(the source never stops, the receiver discards); report measured vs predicted");
   c->add_option("--sample", f.sample, "With --dry-run: how long the estimator observes first")->capture_default_str();
-  c->add_flag("--insecure-no-tls", f.insecure, kInsecureHelp);
+  AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
   return c;
 }
@@ -72,13 +98,14 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   c->add_option("--run-after", f.run_after,
                 "After the switchover, let the workload run this long here, then pause it and self-check its memory")
       ->capture_default_str();
-  c->add_flag("--insecure-no-tls", f.insecure, kInsecureHelp);
+  AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
   return c;
 }
 
 int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
-  if (!f.insecure) return NeedInsecure("migrate");
+  auto tls = MakeTls(f.tls);
+  if (!tls.ok()) return Usage("migrate", tls.status());
   auto spec = SimOnly(f.device);
   if (!spec.ok()) return Usage("migrate", spec.status());
   auto to = ParseHostPort(f.to);
@@ -122,24 +149,26 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     o.switchover_fixed_cost = estimate->params.fixed_cost;
   }
 
-  auto ns = ConnectSession(*to, f.src.streams,
-                           std::chrono::duration_cast<std::chrono::milliseconds>(*connect_timeout));
+  auto ns = ConnectSession(*to, f.src.streams, std::chrono::duration_cast<std::chrono::milliseconds>(*connect_timeout),
+                           tls->has_value() ? &**tls : nullptr);
   if (!ns.ok()) {
     // Nothing moved: the source never left RUNNING.
     fmt::print(stderr, "gpumigrate migrate: {} (the source keeps running)\n", ns.status().message());
     if (f.json) {
-      fmt::print("{}\n", nlohmann::ordered_json{{"outcome", "aborted"},
-                                                {"verified", false},
-                                                {"error", ns.status().message()},
-                                                {"failed_phase", "connect"},
-                                                {"resolution", "the source is RUNNING; nothing was sent"}}
-                             .dump());
+      nlohmann::ordered_json j;
+      j["outcome"] = "aborted";
+      j["verified"] = false;
+      j["error"] = ns.status().message();
+      j["failed_phase"] = "connect";
+      j["resolution"] = "the source is RUNNING; nothing was sent";
+      fmt::print("{}\n", j.dump());
     }
     return 1;
   }
-  progress.Note(fmt::format("connected to {} with {} data stream{} (INSECURE: no TLS)", f.to, f.src.streams,
-                            f.src.streams == 1 ? "" : "s"));
+  progress.Note(fmt::format("connected to {} with {} data stream{}: {}", f.to, f.src.streams,
+                            f.src.streams == 1 ? "" : "s", ns->security));
   o.session_id = ns->session_id;
+  o.aes_key = ns->aes_key;
   o.on_progress = [&](const Progress& p) { progress.Update(p); };
   MigrationReport r = RunSource(**src, ns->View(), o);
   progress.Finish();
@@ -154,15 +183,19 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     return r.status.ok() ? 0 : ExitCodeFor(r);
   }
   if (f.json) {
-    fmt::print("{}\n", ReportToJson(r));
+    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+    j["security"] = ns->security;
+    fmt::print("{}\n", j.dump());
   } else {
     PrintReport(stdout, "gpumigrate migrate", r);
+    fmt::print("  security:   {}\n", ns->security);
   }
   return ExitCodeFor(r);
 }
 
 int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
-  if (!f.insecure) return NeedInsecure("receive");
+  auto tls = MakeTls(f.tls);
+  if (!tls.ok()) return Usage("receive", tls.status());
   auto spec = SimOnly(f.device);
   if (!spec.ok()) return Usage("receive", spec.status());
   auto at = ParseHostPort(f.listen);
@@ -182,15 +215,18 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     pf.close();
     std::rename((f.port_file + ".tmp").c_str(), f.port_file.c_str());
   }
-  fmt::print(stderr, "receive: listening on {}:{} for {} (INSECURE: no TLS)\n", at->host, (*listener)->port(),
-             (*dst)->Describe());
-  auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout));
+  fmt::print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), (*dst)->Describe(),
+             tls->has_value() ? "" : " (INSECURE: no TLS)");
+  auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout),
+                          tls->has_value() ? &**tls : nullptr);
   if (!ns.ok()) {
     fmt::print(stderr, "gpumigrate receive: {}\n", ns.status().message());
     return 1;
   }
-  fmt::print(stderr, "receive: session {:016x} joined with {} data streams\n", ns->session_id, ns->data.size());
+  fmt::print(stderr, "receive: session {:016x} joined with {} data streams: {}\n", ns->session_id, ns->data.size(),
+             ns->security);
   DestinationOptions o;
+  o.aes_key = ns->aes_key;
   o.cancel = &cancel;
   o.on_phase = [](Phase p, uint32_t round) {
     if (p == Phase::kRoundEnd) fmt::print(stderr, "receive: round {} applied\n", round);
@@ -205,6 +241,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   }
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+    j["security"] = ns->security;
     if (!check.json.empty()) j["destination"] = nlohmann::ordered_json::parse(check.json);
     fmt::print("{}\n", j.dump());
   } else {

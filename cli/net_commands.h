@@ -1,6 +1,7 @@
 // `gpumigrate migrate` and `gpumigrate receive`: a migration between two
-// processes (two hosts) over TCP. TLS is not built yet, so both commands
-// require --insecure-no-tls, whose name says what it is.
+// processes (two hosts) over TCP. The control channel is TLS 1.3 (mutual
+// certificates or an external PSK) and data frames are AES-256-GCM with keys
+// from the TLS exporter; --insecure-no-tls turns all of that off, by name.
 #pragma once
 
 #include <atomic>
@@ -12,6 +13,11 @@
 
 namespace gpumigrate::cli {
 
+struct TlsFlags {
+  std::string ca, cert, key, psk_file, psk_identity = "gpumigrate";
+  bool insecure = false;
+};
+
 struct MigrateFlags {
   std::string device = "sim:llm";
   std::string to;
@@ -20,7 +26,7 @@ struct MigrateFlags {
   std::string connect_timeout = "10s";
   std::string sample = "1s";
   bool dry_run = false;
-  bool insecure = false;
+  TlsFlags tls;
   bool json = false;
 };
 
@@ -30,7 +36,7 @@ struct ReceiveFlags {
   std::string accept_timeout = "300s";
   std::string port_file;
   std::string run_after = "500ms";
-  bool insecure = false;
+  TlsFlags tls;
   bool json = false;
 };
 

@@ -12,11 +12,14 @@ check() { if [ "$2" != "$3" ]; then echo "FAIL: $1: exit code $3, expected $2"; 
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
 
 # start_receiver NAME DEVICE [ARGS...]: runs `receive` in the background; sets $port and $rpid.
+# Without TLS arguments it runs --insecure-no-tls.
 start_receiver() {
   local name=$1 dev=$2; shift 2
+  local sec=(--insecure-no-tls)
+  [[ " $* " == *" --tls-"* || " $* " == *" --psk-file "* ]] && sec=()
   rm -f "$tmp/$name.port"
   timeout 120 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" \
-    --insecure-no-tls --json --run-after 100ms "$@" >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+    "${sec[@]}" --json --run-after 100ms "$@" >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
   rpid=$!
   pids+=("$rpid")
   for _ in $(seq 100); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done
@@ -86,10 +89,50 @@ timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$(cat "$tmp/one.port") 
 check "no receiver" 1 $?
 json_check "$tmp/refused.json" '"refused" in r["error"] and r["failed_phase"] == "connect"' "connection refused is reported"
 
-# 6. TLS is not built: the insecure mode must be asked for by name.
-"$bin" migrate --device "$dev" --to 127.0.0.1:1 >"$tmp/tls.err" 2>&1; check "migrate without --insecure-no-tls" 2 $?
+# 6. TLS is the default: without TLS options the insecure mode must be asked for by name.
+"$bin" migrate --device "$dev" --to 127.0.0.1:1 >"$tmp/tls.err" 2>&1; check "migrate without TLS options" 2 $?
 grep -q "insecure-no-tls" "$tmp/tls.err" && echo "ok: message names the option" || { echo "FAIL: no hint"; fail=1; }
-"$bin" receive --listen 127.0.0.1:0 >"$tmp/tls2.err" 2>&1; check "receive without --insecure-no-tls" 2 $?
+"$bin" receive --listen 127.0.0.1:0 >"$tmp/tls2.err" 2>&1; check "receive without TLS options" 2 $?
+"$bin" receive --listen 127.0.0.1:0 --insecure-no-tls --psk-file x >"$tmp/tls3.err" 2>&1
+check "insecure and TLS at once" 2 $?
+
+# 6b. TLS 1.3 with mutual certificates; AES-256-GCM data.
+certs="$tmp/certs"
+"$(dirname "$0")/../../scripts/make-test-certs" "$certs" 2>/dev/null
+"$(dirname "$0")/../../scripts/make-test-certs" "$tmp/other" 2>/dev/null
+src_tls=(--tls-ca "$certs/ca.pem" --tls-cert "$certs/source.pem" --tls-key "$certs/source.key")
+start_receiver tls "$dev" --tls-ca "$certs/ca.pem" --tls-cert "$certs/dest.pem" --tls-key "$certs/dest.key"
+timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port "${src_tls[@]}" --streams 2 --warmup 10ms --json \
+  >"$tmp/tls.json" 2>/dev/null
+check "migrate over TLS with certificates" 0 $?
+wait $rpid; check "receive over TLS" 0 $?
+json_check "$tmp/tls.json" '"TLSv1.3" in r["security"] and "AES-256-GCM" in r["security"] and r["verified"]' "TLS 1.3 + AES-256-GCM"
+json_check "$tmp/tls.recv.json" 'r["destination"]["self_check"] == "ok"' "destination self-check over TLS"
+
+# 6c. A source whose certificate another CA signed is refused.
+start_receiver badcert "$dev" --tls-ca "$certs/ca.pem" --tls-cert "$certs/dest.pem" --tls-key "$certs/dest.key" \
+  --accept-timeout 20s
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --tls-ca "$certs/ca.pem" \
+  --tls-cert "$tmp/other/source.pem" --tls-key "$tmp/other/source.key" --warmup 10ms --json >"$tmp/badcert.json" 2>/dev/null
+check "wrong certificate: migrate" 1 $?
+wait $rpid; check "wrong certificate: receive" 1 $?
+json_check "$tmp/badcert.json" '"TLS handshake refused" in r["error"] and "alert" in r["error"] and r["failed_phase"] == "connect"' "wrong certificate is a handshake error"
+grep -q "handshake as server failed" "$tmp/badcert.recv.err" && echo "ok: receiver names the handshake" || { echo "FAIL: receiver"; cat "$tmp/badcert.recv.err"; fail=1; }
+
+# 6d. External PSK; then a wrong one.
+openssl rand -hex 32 >"$tmp/psk"; openssl rand -hex 32 >"$tmp/psk2"
+start_receiver psk "$dev" --psk-file "$tmp/psk"
+timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --psk-file "$tmp/psk" --warmup 10ms --json \
+  >"$tmp/psk.json" 2>/dev/null
+check "migrate with a PSK" 0 $?
+wait $rpid; check "receive with a PSK" 0 $?
+json_check "$tmp/psk.json" '"external PSK" in r["security"] and r["verified"]' "PSK session"
+start_receiver badpsk "$dev" --psk-file "$tmp/psk" --accept-timeout 20s
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --psk-file "$tmp/psk2" --warmup 10ms --json \
+  >"$tmp/badpsk.json" 2>/dev/null
+check "wrong PSK: migrate" 1 $?
+wait $rpid; check "wrong PSK: receive" 1 $?
+json_check "$tmp/badpsk.json" '"handshake" in r["error"]' "wrong PSK is a handshake error"
 
 # 7. Something that is not gpumigrate connects first.
 start_receiver garbage "$dev" --accept-timeout 10s

@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
+#include "transport/crypto/frame_protector.h"
+
 namespace gpumigrate {
 namespace {
 
@@ -60,6 +62,16 @@ Result<Preamble> Read(Stream& s, std::chrono::milliseconds /*timeout*/) {
   return p;
 }
 
+constexpr const char* kExporterLabel = "EXPORTER-gpumigrate-v1";
+
+// With TLS: from the exporter secret; without: from the preamble's secret.
+Result<std::array<std::byte, 16>> TlsToken(const std::array<std::byte, 32>& exported, uint64_t session, uint32_t index) {
+  GM_ASSIGN_OR_RETURN(auto k, DeriveKey(exported, session, fmt::format("gpumigrate join {}", index)));
+  std::array<std::byte, 16> t;
+  std::memcpy(t.data(), k.data(), 16);
+  return t;
+}
+
 std::array<std::byte, 16> Token(const std::array<std::byte, 16>& secret, uint64_t session, uint32_t index) {
   std::byte buf[28];
   std::memcpy(buf, secret.data(), 16);
@@ -74,7 +86,8 @@ std::array<std::byte, 16> Token(const std::array<std::byte, 16>& secret, uint64_
 
 }  // namespace
 
-Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout) {
+Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout,
+                                  const TlsConfig* tls) {
   if (streams == 0 || streams > kMaxStreams) {
     return InvalidArgument(fmt::format("session join: {} data streams is outside 1..{}", streams, kMaxStreams));
   }
@@ -85,39 +98,87 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
   ctl.kind = kControl;
   ctl.streams = streams;
   ctl.session_id = ns.session_id;
-  for (auto& b : ctl.secret) b = static_cast<std::byte>(rd());
-  GM_ASSIGN_OR_RETURN(ns.control, ConnectTcp(to, timeout));
+  std::array<std::byte, 32> exported{};
+  if (tls) {
+    GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFd(to, timeout));
+    TlsConfig cfg = *tls;
+    if (cfg.expected_host.empty()) cfg.expected_host = to.host;
+    GM_ASSIGN_OR_RETURN(auto t, TlsStream::Client(fd, cfg, timeout));
+    GM_ASSIGN_OR_RETURN(exported, t->ExportKey(kExporterLabel));
+    ns.security = t->Describe() + "; data: AES-256-GCM, keys from the TLS exporter";
+    ns.control = std::move(t);
+    GM_ASSIGN_OR_RETURN(auto key, DeriveKey(exported, ns.session_id, "gpumigrate data"));
+    ns.aes_key = key;
+  } else {
+    for (auto& b : ctl.secret) b = static_cast<std::byte>(rd());
+    GM_ASSIGN_OR_RETURN(ns.control, ConnectTcp(to, timeout));
+    ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
+  }
   GM_RETURN_IF_ERROR(ns.control->WriteAll(Encode(ctl)).WithContext("session join: send control preamble"));
+  // The receiver acknowledges the control connection before data streams open. In
+  // TLS 1.3 a client's handshake ends before the server has checked the client's
+  // certificate: a refusal shows up here, as the server's alert.
+  std::array<std::byte, 4> ack;
+  GM_RETURN_IF_ERROR(ns.control->ReadExact(ack).WithContext(
+      "session join: the receiver did not accept the control connection (TLS handshake refused?)"));
+  if (std::memcmp(ack.data(), "GMOK", 4) != 0) return Corrupt("session join: bad acknowledgement from the receiver");
   for (uint32_t i = 0; i < streams; ++i) {
     GM_ASSIGN_OR_RETURN(auto d, ConnectTcp(to, timeout));
     Preamble p;
     p.kind = kData;
     p.index = i;
     p.session_id = ns.session_id;
-    p.secret = Token(ctl.secret, ns.session_id, i);
+    if (tls) {
+      GM_ASSIGN_OR_RETURN(p.secret, TlsToken(exported, ns.session_id, i));
+    } else {
+      p.secret = Token(ctl.secret, ns.session_id, i);
+    }
     GM_RETURN_IF_ERROR(d->WriteAll(Encode(p)).WithContext(fmt::format("session join: data stream {}", i)));
     ns.data.push_back(std::move(d));
   }
   return ns;
 }
 
-Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout) {
+Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls) {
   NetSession ns;
-  GM_ASSIGN_OR_RETURN(ns.control, listener.Accept(timeout, "control"));
+  std::array<std::byte, 32> exported{};
+  if (tls) {
+    GM_ASSIGN_OR_RETURN(int fd, listener.AcceptFd(timeout));
+    GM_ASSIGN_OR_RETURN(auto t, TlsStream::Server(fd, *tls, timeout));
+    GM_ASSIGN_OR_RETURN(exported, t->ExportKey(kExporterLabel));
+    ns.security = t->Describe() + "; data: AES-256-GCM, keys from the TLS exporter";
+    ns.control = std::move(t);
+  } else {
+    GM_ASSIGN_OR_RETURN(ns.control, listener.Accept(timeout, "control"));
+    ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
+  }
   GM_ASSIGN_OR_RETURN(Preamble ctl, Read(*ns.control, timeout));
   if (ctl.kind != kControl) return Corrupt("session join: the first connection is not a control connection");
   if (ctl.streams == 0 || ctl.streams > kMaxStreams) {
     return Corrupt(fmt::format("session join: {} data streams is outside 1..{}", ctl.streams, kMaxStreams));
   }
   ns.session_id = ctl.session_id;
+  GM_RETURN_IF_ERROR(ns.control->WriteAll(std::as_bytes(std::span("GMOK", 4))).WithContext("session join: acknowledge"));
+  if (tls) {
+    GM_ASSIGN_OR_RETURN(auto key, DeriveKey(exported, ns.session_id, "gpumigrate data"));
+    ns.aes_key = key;
+  }
   ns.data.resize(ctl.streams);
   for (uint32_t joined = 0; joined < ctl.streams;) {
     GM_ASSIGN_OR_RETURN(auto d, listener.Accept(timeout, "data"));
     GM_ASSIGN_OR_RETURN(Preamble p, Read(*d, timeout));
     // A connection of another session, or a bad token, is refused and dropped; it
     // does not end this session (it may be a stray or a scanner).
+    std::array<std::byte, 16> want{};
+    if (p.kind == kData && p.index < ctl.streams) {
+      if (tls) {
+        GM_ASSIGN_OR_RETURN(want, TlsToken(exported, ns.session_id, p.index));
+      } else {
+        want = Token(ctl.secret, ns.session_id, p.index);
+      }
+    }
     if (p.kind != kData || p.session_id != ns.session_id || p.index >= ctl.streams || ns.data[p.index] ||
-        p.secret != Token(ctl.secret, ns.session_id, p.index)) {
+        p.secret != want) {
       if (p.session_id != ns.session_id || p.kind != kData) continue;
       return Corrupt(fmt::format("session join: data stream {} did not authenticate", p.index));
     }

@@ -5,11 +5,15 @@
 //   connect #1..N, preamble(kind=data, session, index, token)      ─▶ accept N,
 //                                      check session, index and token, order by index
 //
-// Then the migration protocol runs on top (Hello, Manifest, ...). A data
-// connection proves it belongs to the session with token = XXH3-128 of
-// (secret, session id, index). Without TLS the secret crosses the network in
-// the clear: that mode is for trusted networks and tests only (the CLI calls it
-// --insecure-no-tls); with TLS the token will derive from the TLS exporter.
+// Then the migration protocol runs on top (Hello, Manifest, ...).
+//
+// With TLS (the default in the CLI) the control connection is TLS 1.3 and both
+// sides derive, from the TLS exporter, the data streams' AES-256-GCM key and each
+// data connection's join token (HKDF-SHA256, salt = session id): a data
+// connection can only join if it was opened by the peer of this TLS session.
+// Without TLS (--insecure-no-tls) the token is XXH3-128 of a secret that crosses
+// the network in the clear, and frames carry only an integrity tag: for trusted
+// networks and tests.
 //
 // Preamble, 48 bytes little-endian: magic "GMJ1", version u16 (1), kind u16
 // (1 control, 2 data), streams u32, index u32, session id u64, secret or token
@@ -17,18 +21,24 @@
 #pragma once
 
 #include <chrono>
+#include <array>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "gpumigrate/session.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
+#include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
 
 namespace gpumigrate {
 
 struct NetSession {
   uint64_t session_id = 0;
+  std::optional<std::array<std::byte, 32>> aes_key;  // set with TLS
+  std::string security;                              // what protects the session, for reports
   std::unique_ptr<Stream> control;
   std::vector<std::unique_ptr<Stream>> data;
   SessionStreams View() const {
@@ -39,7 +49,9 @@ struct NetSession {
   }
 };
 
-Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout);
-Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout);
+// `tls` null: insecure mode.
+Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout,
+                                  const TlsConfig* tls);
+Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls);
 
 }  // namespace gpumigrate

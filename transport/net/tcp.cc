@@ -174,6 +174,11 @@ Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name) {
 }
 
 Result<std::unique_ptr<Stream>> ConnectTcp(const HostPort& to, std::chrono::milliseconds timeout) {
+  GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFd(to, timeout));
+  return MakeUringTcpStream(fd, fmt::format("tcp {}:{}", to.host, to.port));
+}
+
+Result<int> ConnectTcpFd(const HostPort& to, std::chrono::milliseconds timeout) {
   GM_ASSIGN_OR_RETURN(addrinfo * res, Resolve(to, false));
   Status last = Unavailable(fmt::format("tcp: connect {}:{} failed", to.host, to.port));
   for (addrinfo* a = res; a != nullptr; a = a->ai_next) {
@@ -200,10 +205,11 @@ Result<std::unique_ptr<Stream>> ConnectTcp(const HostPort& to, std::chrono::mill
       ::close(fd);
       continue;
     }
-    int flags = 0;  // back to blocking: io_uring does the waiting
+    int flags = 0;  // back to blocking: io_uring (or TLS) does the waiting
     ::ioctl(fd, FIONBIO, &flags);
     freeaddrinfo(res);
-    return MakeUringTcpStream(fd, fmt::format("tcp {}:{}", to.host, to.port));
+    Tune(fd);
+    return fd;
   }
   freeaddrinfo(res);
   return last;
@@ -236,6 +242,11 @@ Result<std::unique_ptr<TcpListener>> TcpListener::Listen(const HostPort& at) {
 TcpListener::~TcpListener() { ::close(fd_); }
 
 Result<std::unique_ptr<Stream>> TcpListener::Accept(std::chrono::milliseconds timeout, std::string name) {
+  GM_ASSIGN_OR_RETURN(int fd, AcceptFd(timeout));
+  return MakeUringTcpStream(fd, std::move(name));
+}
+
+Result<int> TcpListener::AcceptFd(std::chrono::milliseconds timeout) {
   pollfd p{fd_, POLLIN, 0};
   int rc;
   do {
@@ -248,7 +259,8 @@ Result<std::unique_ptr<Stream>> TcpListener::Accept(std::chrono::milliseconds ti
   }
   int fd = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
   if (fd < 0) return Status::FromErrno(errno, "tcp: accept");
-  return MakeUringTcpStream(fd, std::move(name));
+  Tune(fd);
+  return fd;
 }
 
 }  // namespace gpumigrate

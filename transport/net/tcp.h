@@ -30,6 +30,8 @@ Result<HostPort> ParseHostPort(std::string_view text);
 Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name);
 
 Result<std::unique_ptr<Stream>> ConnectTcp(const HostPort& to, std::chrono::milliseconds timeout);
+// The connected, blocking socket itself (for TLS, which drives its own I/O).
+Result<int> ConnectTcpFd(const HostPort& to, std::chrono::milliseconds timeout);
 
 class TcpListener {
  public:
@@ -39,6 +41,7 @@ class TcpListener {
   uint16_t port() const { return port_; }
   // Waits up to `timeout` for one connection.
   Result<std::unique_ptr<Stream>> Accept(std::chrono::milliseconds timeout, std::string name);
+  Result<int> AcceptFd(std::chrono::milliseconds timeout);
 
  private:
   TcpListener(int fd, uint16_t port) : fd_(fd), port_(port) {}
