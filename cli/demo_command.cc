@@ -37,6 +37,11 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& f) {
               "and abort cleanly (the source never stops, the destination discards); report measured vs predicted");
   c->add_option("--sample", f.sample, "With --dry-run: how long the estimator observes the workload first")
       ->capture_default_str();
+  c->add_option("--transport", f.transport,
+                "tls: loopback TCP with a TLS 1.3 control channel (ephemeral PSK) and AES-256-GCM frames; tcp: "
+                "loopback TCP without encryption; memory: in-memory streams, no sockets")
+      ->check(CLI::IsMember({"tls", "tcp", "memory"}))
+      ->capture_default_str();
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout (progress stays on stderr)");
   return c;
 }
@@ -91,8 +96,8 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
                             FormatBytes(static_cast<double>(device_bytes)),
                             std::chrono::duration<double>(alloc_time).count()));
   if (alloc_time < *warmup) std::this_thread::sleep_for(*warmup - alloc_time);
-  progress.Note(fmt::format("migrating over {} in-process data stream{}{}", f.src.streams,
-                            f.src.streams == 1 ? "" : "s",
+  progress.Note(fmt::format("migrating over {} data stream{} ({}){}", f.src.streams, f.src.streams == 1 ? "" : "s",
+                            f.transport == "memory" ? "in memory" : "loopback TCP",
                             f.src.bandwidth.empty() ? "" : ", capped at " + f.src.bandwidth));
   opt.source.on_progress = [&](const Progress& p) { progress.Update(p); };
   opt.source.on_phase = [&](Phase p, uint32_t round) {
@@ -127,7 +132,10 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
                               estimate->prediction.mid.rounds.size()));
   }
   uint64_t kernels_at_start = source.KernelsRun();
-  LocalMigrationResult res = MigrateLocally(source, dest, opt);
+  std::string security = "in-memory streams: frames carry an integrity tag";
+  LocalMigrationResult res = f.transport == "memory"
+                                 ? MigrateLocally(source, dest, opt)
+                                 : MigrateOverLoopback(source, dest, opt, f.transport == "tls", &security);
   progress.Finish();
   uint64_t source_kernels_during = source.KernelsRun() - kernels_at_start;
 
@@ -154,10 +162,12 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(res.source));
     j["source_kernels_during_migration"] = source_kernels_during;
+    j["security"] = security;
     if (!dest_json.empty()) j["destination"] = dest_json;
     fmt::print("{}\n", j.dump());
   } else {
     PrintReport(stdout, "gpumigrate demo", res.source);
+    fmt::print("  security:   {}\n", security);
     fmt::print("  workload:   {} kernels ran on the source while it was being migrated\n", source_kernels_during);
     if (!dest_line.empty()) fmt::print("{}\n", dest_line);
   }

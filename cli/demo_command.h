@@ -20,6 +20,7 @@ struct DemoFlags {
   bool dry_run = false;
   std::string if_not_converging = "abort";
   std::string sample = "1s";
+  std::string transport = "tls";
   std::string codec = "none";  // --dry-run: how long the estimator observes first
 };
 

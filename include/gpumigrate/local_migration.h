@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "gpumigrate/device.h"
 #include "gpumigrate/session.h"
@@ -31,5 +32,13 @@ struct LocalMigrationResult {
 };
 
 LocalMigrationResult MigrateLocally(Device& source, Device& destination, const LocalMigrationOptions& options);
+
+// The same, but over real sockets on 127.0.0.1: TCP data streams driven by
+// io_uring and, with `tls`, a TLS 1.3 control channel keyed by an ephemeral
+// pre-shared key and AES-256-GCM frames (what `gpumigrate demo` does by default).
+// wrap_source_end and on_streams are not used. `security` receives what
+// protected the session.
+LocalMigrationResult MigrateOverLoopback(Device& source, Device& destination, const LocalMigrationOptions& options,
+                                         bool tls, std::string* security);
 
 }  // namespace gpumigrate

@@ -194,3 +194,35 @@ TEST(SimMigration, DryRunProbeLeavesTheSourceRunning) {
 
 }  // namespace
 }  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+// The same session over real loopback sockets: TCP data streams on io_uring,
+// with and without TLS 1.3 + AES-256-GCM.
+class Loopback : public ::testing::TestWithParam<bool> {};
+
+TEST_P(Loopback, EqualAtStopOverSockets) {
+  const bool tls = GetParam();
+  Pair p = MakePair("sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=16KiB,step=2ms");
+  LocalMigrationOptions opt;
+  opt.data_streams = 2;
+  opt.source.bandwidth_limit_bytes_per_s = 300e6;
+  opt.source.downtime_target = std::chrono::milliseconds(15);
+  ::testing::AssertionResult equal = ::testing::AssertionFailure() << "commit never reached";
+  opt.destination.on_phase = [&](Phase phase, uint32_t) {
+    if (phase == Phase::kCommitReceived) equal = DevicesEqual(*p.src, *p.dst);
+  };
+  std::string security;
+  auto res = MigrateOverLoopback(*p.src, *p.dst, opt, tls, &security);
+  ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
+  ASSERT_EQ(res.destination.outcome, Outcome::kCompleted) << res.destination.status.ToString();
+  EXPECT_TRUE(equal);
+  EXPECT_EQ(security.find("AES-256-GCM") != std::string::npos, tls) << security;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Loopback, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "tls" : "tcp"; });
+
+}  // namespace
+}  // namespace gpumigrate
