@@ -40,6 +40,14 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     }
     fmt::print(out, "  codecs:     {}; overall ratio {:.3f}\n", line, r.compression_ratio);
   }
+  if (r.streams.size() > 1) {
+    std::string line;
+    for (const auto& st : r.streams) {
+      line += fmt::format("{}#{} {} ({})", line.empty() ? "" : ", ", st.stream,
+                          FormatBytes(static_cast<double>(st.bytes)), FormatRate(st.bytes_per_s));
+    }
+    fmt::print(out, "  streams:    {}\n", line);
+  }
   if (!r.switchover_reason.empty()) fmt::print(out, "  switchover: {}\n", r.switchover_reason);
   if (r.outcome == Outcome::kCompleted) {
     fmt::print(out, "  stun:       {:.1f} ms", r.stun_ms);

@@ -32,6 +32,7 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   GM_RETURN_IF_ERROR(out.WriteAll(tag).WithContext(ctx()));
   ++frames_[s];
   bytes_ += total;
+  stream_bytes_[s] += total;
   return Status::Ok();
 }
 

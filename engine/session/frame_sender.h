@@ -26,12 +26,14 @@ class FrameSender {
 
   uint64_t bytes_sent() const { return bytes_; }
   const std::vector<uint64_t>& frames_per_stream() const { return frames_; }
+  const std::vector<uint64_t>& bytes_per_stream() const { return stream_bytes_; }
 
  private:
   std::vector<Stream*> streams_;
   std::unique_ptr<FrameProtector> protector_;
   std::vector<std::byte> sealed_;
   std::vector<uint64_t> frames_;  // == next sequence number per stream
+  std::vector<uint64_t> stream_bytes_ = std::vector<uint64_t>(frames_.size(), 0);
   size_t next_stream_ = 0;
   uint64_t bytes_ = 0;
   RateLimiter limiter_;

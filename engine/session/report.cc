@@ -79,6 +79,14 @@ std::string ReportToJson(const MigrationReport& r) {
     codecs.push_back(x);
   }
   j["codecs"] = codecs;
+  nlohmann::ordered_json streams = nlohmann::ordered_json::array();
+  for (const auto& st : r.streams) {
+    streams.push_back({{"stream", st.stream},
+                       {"bytes", st.bytes},
+                       {"frames", st.frames},
+                       {"bytes_per_s", std::round(st.bytes_per_s)}});
+  }
+  j["streams"] = streams;
   if (r.dry_run) {
     j["dry_run"] = true;
     j["would_switch"] = r.would_switch;

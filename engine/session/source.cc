@@ -593,6 +593,15 @@ MigrationReport Source::Run() {
   }
   report_.compression_ratio = payload ? static_cast<double>(raw) / static_cast<double>(payload) : 1.0;
   report_.total_ms = MsBetween(t0_, Clock::now());
+  for (size_t i = 0; i < sender_->frames_per_stream().size(); ++i) {
+    MigrationReport::StreamStat st;
+    st.stream = static_cast<uint32_t>(i);
+    st.frames = sender_->frames_per_stream()[i];
+    st.bytes = sender_->bytes_per_stream()[i];
+    st.bytes_per_s = report_.total_ms > 0 ? static_cast<double>(st.bytes) / (report_.total_ms / 1e3) : 0;
+    report_.streams.push_back(st);
+  }
+  report_.total_ms = MsBetween(t0_, Clock::now());
   Phase(Phase::kCompleted, final_round);
   ReportProgress(Phase::kCompleted, final_round, 0, 0, true);
   return report_;

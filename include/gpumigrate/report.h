@@ -50,6 +50,13 @@ struct MigrationReport {
   };
   std::vector<RegionCodec> codecs;
   double compression_ratio = 1;      // raw page bytes / their payload bytes, whole migration
+  struct StreamStat {
+    uint32_t stream = 0;
+    uint64_t bytes = 0;
+    uint64_t frames = 0;
+    double bytes_per_s = 0;  // over the whole migration
+  };
+  std::vector<StreamStat> streams;
   bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
   bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };

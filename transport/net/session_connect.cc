@@ -114,13 +114,18 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
     GM_ASSIGN_OR_RETURN(ns.control, ConnectTcp(to, timeout));
     ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
   }
-  GM_RETURN_IF_ERROR(ns.control->WriteAll(Encode(ctl)).WithContext("session join: send control preamble"));
   // The receiver acknowledges the control connection before data streams open. In
   // TLS 1.3 a client's handshake ends before the server has checked the client's
-  // certificate: a refusal shows up here, as the server's alert.
+  // certificate: a refusal shows up here, as the server's alert, which a read
+  // surfaces even when the write already failed.
+  Status sent = ns.control->WriteAll(Encode(ctl));
   std::array<std::byte, 4> ack;
-  GM_RETURN_IF_ERROR(ns.control->ReadExact(ack).WithContext(
-      "session join: the receiver did not accept the control connection (TLS handshake refused?)"));
+  Status got = ns.control->ReadExact(ack);
+  if (!sent.ok() || !got.ok()) {
+    const Status& why = (!got.ok() && (sent.ok() || got.message().find("alert") != std::string::npos)) ? got : sent;
+    return Unavailable(fmt::format(
+        "session join: the receiver did not accept the control connection (TLS handshake refused?): {}", why.message()));
+  }
   if (std::memcmp(ack.data(), "GMOK", 4) != 0) return Corrupt("session join: bad acknowledgement from the receiver");
   for (uint32_t i = 0; i < streams; ++i) {
     GM_ASSIGN_OR_RETURN(auto d, ConnectTcp(to, timeout));
