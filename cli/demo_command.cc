@@ -110,14 +110,7 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   // --dry-run: the estimator's prediction first, from observation alone.
   std::optional<EstimateReport> estimate;
   if (f.dry_run) {
-    EstimateFlags ef;
-    ef.sample = f.sample;
-    ef.downtime_target = f.src.downtime_target;
-    ef.max_stun = f.src.max_stun;
-    ef.max_rounds = f.src.max_rounds;
-    ef.link = f.src.bandwidth;
-    ef.codec = f.src.codec;
-    auto eo = MakeEstimateOptions(ef);
+    auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return UsageError(eo.status());
     progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));
     auto er = EstimateDevice(source, *eo, SystemClock());

@@ -83,6 +83,17 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
   return o;
 }
 
+Result<EstimateOptions> ProbeEstimateOptions(const SourceFlags& src, const std::string& sample) {
+  EstimateFlags ef;
+  ef.sample = sample;
+  ef.downtime_target = src.downtime_target;
+  ef.max_stun = src.max_stun;
+  ef.max_rounds = src.max_rounds;
+  ef.link = src.bandwidth;
+  ef.codec = src.codec;
+  return MakeEstimateOptions(ef);
+}
+
 namespace {
 
 std::string Range(double lo, double mid, double hi, const char* unit) {

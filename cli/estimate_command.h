@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/source_flags.h"
 #include "gpumigrate/estimator.h"
 #include "gpumigrate/status.h"
 
@@ -35,6 +36,9 @@ int RunEstimate(const EstimateFlags& flags);
 Result<uint64_t> ParseProjectedSize(const std::string& text);
 // Builds EstimateOptions from the flags shared with `demo --dry-run`.
 Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f);
+// The estimate a probe (`--dry-run`) runs first: the migration's own options,
+// observed for `sample`.
+Result<EstimateOptions> ProbeEstimateOptions(const SourceFlags& src, const std::string& sample);
 void PrintEstimate(FILE* out, const EstimateReport& r);
 
 }  // namespace gpumigrate::cli

@@ -131,14 +131,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
 
   std::optional<EstimateReport> estimate;
   if (f.dry_run) {
-    EstimateFlags ef;
-    ef.sample = f.sample;
-    ef.downtime_target = f.src.downtime_target;
-    ef.max_stun = f.src.max_stun;
-    ef.max_rounds = f.src.max_rounds;
-    ef.link = f.src.bandwidth;
-    ef.codec = f.src.codec;
-    auto eo = MakeEstimateOptions(ef);
+    auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return Usage("migrate", eo.status());
     auto er = EstimateDevice(**src, *eo, SystemClock());
     if (!er.ok()) {
