@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <thread>
 
 #include <CLI/CLI.hpp>
 
@@ -10,8 +11,14 @@
 
 namespace gpumigrate::cli {
 
+// One data stream per core (at least 2, at most 8): each has its own sending thread.
+inline uint32_t DefaultStreams() {
+  unsigned n = std::thread::hardware_concurrency();
+  return n < 2 ? 2 : (n > 8 ? 8 : n);
+}
+
 struct SourceFlags {
-  uint32_t streams = 2;
+  uint32_t streams = DefaultStreams();
   std::string downtime_target = "300ms";
   std::string max_stun = "100s";
   uint32_t max_rounds = 30;

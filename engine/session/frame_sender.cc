@@ -1,13 +1,55 @@
 #include "engine/session/frame_sender.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 namespace gpumigrate {
 
+FrameSender::FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s)
+    : protector_(MakeFrameProtector(keys)),
+      frames_(streams.size(), 0),
+      stream_bytes_(streams.size(), 0),
+      limiter_(rate_limit_bytes_per_s),
+      lanes_(streams.size()) {
+  for (size_t i = 0; i < streams.size(); ++i) lanes_[i].stream = streams[i];
+  for (size_t i = 0; i < streams.size(); ++i) lanes_[i].thread = std::thread([this, i] { Run(i); });
+}
+
+FrameSender::~FrameSender() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  for (auto& l : lanes_) l.thread.join();
+}
+
+void FrameSender::Run(size_t i) {
+  Lane& lane = lanes_[i];
+  std::unique_lock lk(mu_);
+  while (true) {
+    cv_.wait(lk, [&] { return stop_ || !lane.queue.empty(); });
+    if (lane.queue.empty()) return;  // stopping, nothing left
+    std::vector<std::byte> frame = std::move(lane.queue.front());
+    lane.queue.pop_front();
+    lane.busy = true;
+    lk.unlock();
+    uint64_t seq;
+    std::memcpy(&seq, frame.data() + 16, 8);
+    Status st = error_.ok() ? lane.stream->WriteAll(frame) : Status::Ok();
+    lk.lock();
+    lane.busy = false;
+    lane.queued_bytes -= frame.size();
+    if (!st.ok() && error_.ok()) error_ = st.WithContext(fmt::format("data stream {}: send frame {}", i, seq));
+    cv_.notify_all();
+  }
+}
+
 Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset,
                          uint32_t raw_length, std::span<const std::byte> payload, uint8_t codec_flags) {
   size_t s = next_stream_;
-  next_stream_ = (next_stream_ + 1) % streams_.size();
+  next_stream_ = (next_stream_ + 1) % lanes_.size();
   wire::FrameHeader h;
   h.type = type;
   h.codec_flags = codec_flags;
@@ -22,18 +64,42 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   wire::Tag tag;
   GM_ASSIGN_OR_RETURN(std::span<const std::byte> wire_payload,
                       protector_->Seal(header, h.stream_id, h.sequence, payload, sealed_, tag));
-  payload = wire_payload;
-  uint64_t total = header.size() + payload.size() + tag.size();
+  // One contiguous buffer per frame: the stream's thread owns it until written.
+  std::vector<std::byte> frame(header.size() + wire_payload.size() + tag.size());
+  std::memcpy(frame.data(), header.data(), header.size());
+  if (!wire_payload.empty()) std::memcpy(frame.data() + header.size(), wire_payload.data(), wire_payload.size());
+  std::memcpy(frame.data() + header.size() + wire_payload.size(), tag.data(), tag.size());
+  const uint64_t total = frame.size();
   limiter_.Acquire(static_cast<double>(total));
-  Stream& out = *streams_[s];
-  auto ctx = [&] { return fmt::format("data stream {}: send frame {}", s, h.sequence); };
-  GM_RETURN_IF_ERROR(out.WriteAll(header).WithContext(ctx()));
-  if (!payload.empty()) GM_RETURN_IF_ERROR(out.WriteAll(payload).WithContext(ctx()));
-  GM_RETURN_IF_ERROR(out.WriteAll(tag).WithContext(ctx()));
+  {
+    std::unique_lock lk(mu_);
+    Lane& lane = lanes_[s];
+    // Backpressure: wait for room in this stream's budget (a frame larger than the
+    // budget goes alone).
+    cv_.wait(lk, [&] {
+      return !error_.ok() || lane.queued_bytes == 0 || lane.queued_bytes + total <= kLaneBudgetBytes;
+    });
+    if (!error_.ok()) return error_;
+    lane.queued_bytes += total;
+    lane.queue.push_back(std::move(frame));
+    cv_.notify_all();
+  }
   ++frames_[s];
   bytes_ += total;
   stream_bytes_[s] += total;
   return Status::Ok();
+}
+
+Status FrameSender::Flush() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] {
+    if (!error_.ok()) return true;
+    for (const auto& l : lanes_) {
+      if (!l.queue.empty() || l.busy) return false;
+    }
+    return true;
+  });
+  return error_;
 }
 
 }  // namespace gpumigrate

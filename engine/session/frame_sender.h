@@ -1,42 +1,71 @@
-// FrameSender: builds data frames (header, payload, tag) and spreads them over
-// the data streams round-robin, numbering each stream's frames from 0. Applies
-// the optional rate cap. Used by one thread.
+// FrameSender: builds data frames (header, sealed payload, tag) and sends them on
+// the data streams in parallel, one sending thread per stream.
+//
+// Send() seals the frame on the caller's thread, numbers it (per stream, from 0,
+// round-robin over the streams), applies the rate cap and queues it for its
+// stream's thread. Each stream's queue holds at most kLaneBudgetBytes, so memory in
+// flight is bounded by streams x budget whatever the device size, and a slow
+// receiver or network blocks Send(): backpressure. The first write error is kept
+// and returned by every later Send() and by Flush(). Frame counts and byte counts
+// are as queued. The owner must Close() the streams before destroying a sender
+// whose threads may be blocked in a write. Send/Flush: one thread.
 #pragma once
 
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "engine/session/rate_limiter.h"
-#include "transport/crypto/frame_protector.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
+#include "transport/crypto/frame_protector.h"
 #include "transport/wire/frame.h"
 
 namespace gpumigrate {
 
 class FrameSender {
  public:
-  FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s)
-      : streams_(std::move(streams)), protector_(MakeFrameProtector(keys)), frames_(streams_.size(), 0),
-        limiter_(rate_limit_bytes_per_s) {}
+  static constexpr size_t kLaneBudgetBytes = 4 << 20;
+
+  FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s);
+  ~FrameSender();
 
   Status Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset, uint32_t raw_length,
               std::span<const std::byte> payload, uint8_t codec_flags = 0);
+  // Waits until every queued frame has been handed to its stream.
+  Status Flush();
 
   uint64_t bytes_sent() const { return bytes_; }
   const std::vector<uint64_t>& frames_per_stream() const { return frames_; }
   const std::vector<uint64_t>& bytes_per_stream() const { return stream_bytes_; }
 
  private:
-  std::vector<Stream*> streams_;
+  struct Lane {
+    Stream* stream = nullptr;
+    std::deque<std::vector<std::byte>> queue;
+    size_t queued_bytes = 0;
+    bool busy = false;
+    std::thread thread;
+  };
+  void Run(size_t lane);
+
   std::unique_ptr<FrameProtector> protector_;
   std::vector<std::byte> sealed_;
   std::vector<uint64_t> frames_;  // == next sequence number per stream
-  std::vector<uint64_t> stream_bytes_ = std::vector<uint64_t>(frames_.size(), 0);
+  std::vector<uint64_t> stream_bytes_;
   size_t next_stream_ = 0;
   uint64_t bytes_ = 0;
   RateLimiter limiter_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Lane> lanes_;
+  Status error_;
+  bool stop_ = false;
 };
 
 }  // namespace gpumigrate

@@ -536,6 +536,8 @@ MigrationReport Source::Run() {
   fr.round = final_round;
   fr.final = true;
   if (Status st = SendSet(final_round, false, fr); !st.ok()) return Fail(st, "switchover: final data");
+  // The final data phase ends when the bytes are on the streams, not when queued.
+  if (Status st = sender_->Flush(); !st.ok()) return Fail(st, "switchover: final data");
   auto t3 = Clock::now();
   fr.ms = MsBetween(t2, t3);
   bd.emplace_back("final_data", fr.ms);

@@ -111,7 +111,9 @@ for k in ["predicted_stun_ms", "predicted_stun_range_ms", "predicted_total_ms", 
 lo, hi = r["predicted_stun_range_ms"]
 assert lo <= r["predicted_stun_ms"] <= hi, r
 assert r["decision"] in ("live-migrate", "drain-and-replace", "cannot-converge")
-assert r["bandwidth_bytes_per_s"]["mid"] == 125e6, r["bandwidth_bytes_per_s"]
+# The slower of the link and this host's calibrated pipeline (slow under sanitizers).
+bw = r["bandwidth_bytes_per_s"]
+assert 0 < bw["mid"] <= 125e6 and "--link 1Gbit" in bw["source"], bw
 assert any(x["name"] == "activations" and x["dirty_working_set"][-1]["mid_bytes"] > 0 for x in r["regions"])
 print("ok: estimate JSON follows the contract")
 PY
