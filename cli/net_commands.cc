@@ -11,6 +11,7 @@
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
+#include "gpumigrate/proc.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/units.h"
 #include "transport/net/session_connect.h"
@@ -61,11 +62,36 @@ int Usage(const char* cmd, const Status& s) {
 }
 
 
-Result<SimSpec> SimOnly(const std::string& device) {
-  if (device.rfind("sim", 0) != 0) {
-    return InvalidArgument(fmt::format("device '{}' is not supported yet: only sim devices exist in this build", device));
+// The device a migrate or receive works on: sim:... (in this process) or proc:PID.
+struct OpenedDevice {
+  std::unique_ptr<Device> device;
+  SimDevice* sim = nullptr;
+  ProcDevice* proc = nullptr;
+};
+
+Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
+  OpenedDevice d;
+  if (spec.rfind("proc:", 0) == 0) {
+    GM_ASSIGN_OR_RETURN(ProcSpec ps, ParseProcSpec(spec));
+    GM_ASSIGN_OR_RETURN(auto dev, ProcDevice::Connect(ps, source ? ProcRole::kSource : ProcRole::kDestination));
+    if (source && dev->State() != DeviceState::kRunning) {
+      return FailedPrecondition(fmt::format(
+          "process {} is {} from an earlier migration (in doubt): `gpumigrate resume --device {}` or `gpumigrate "
+          "release --device {}` first",
+          ps.pid, DeviceStateName(dev->State()), spec, spec));
+    }
+    d.proc = dev.get();
+    d.device = std::move(dev);
+    return d;
   }
-  return ParseSimSpec(device);
+  if (spec.rfind("sim", 0) != 0) {
+    return InvalidArgument(fmt::format("device '{}' is not supported: use sim:... or proc:PID", spec));
+  }
+  GM_ASSIGN_OR_RETURN(SimSpec ss, ParseSimSpec(spec));
+  GM_ASSIGN_OR_RETURN(auto dev, SimDevice::Create(ss, source ? SimRole::kSource : SimRole::kDestination));
+  d.sim = dev.get();
+  d.device = std::move(dev);
+  return d;
 }
 
 }  // namespace
@@ -73,7 +99,7 @@ Result<SimSpec> SimOnly(const std::string& device) {
 CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
   auto* c = app.add_subcommand("migrate",
                                "Live-migrate a device to a `gpumigrate receive` on another host (or process) over TCP.");
-  c->add_option("--device", f.device, "Device spec (sim:llm or sim:key=value,...; see `gpumigrate help demo`)")
+  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), or proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim")
       ->capture_default_str();
   c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
   AddSourceFlags(c, f.src);
@@ -91,7 +117,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
 CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   auto* c = app.add_subcommand("receive", "Wait for one `gpumigrate migrate` and become the destination device.");
   c->add_option("--listen", f.listen, "ADDR:PORT to listen on (port 0: any free port, see --port-file)")->required();
-  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry")
+  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID: a process waiting in adopt mode)")
       ->capture_default_str();
   c->add_option("--accept-timeout", f.accept_timeout, "How long to wait for the source")->capture_default_str();
   c->add_option("--port-file", f.port_file, "Write the port actually listened on to this file");
@@ -106,8 +132,6 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
 int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   auto tls = MakeTls(f.tls);
   if (!tls.ok()) return Usage("migrate", tls.status());
-  auto spec = SimOnly(f.device);
-  if (!spec.ok()) return Usage("migrate", spec.status());
   auto to = ParseHostPort(f.to);
   if (!to.ok()) return Usage("migrate", to.status());
   auto opts = MakeSourceOptions(f.src);
@@ -123,17 +147,21 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   if (auto cal = LoadStoredCalibration(); cal.ok()) {
     o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
   }
-  auto src = SimDevice::Create(*spec, SimRole::kSource);
-  if (!src.ok()) return Usage("migrate", src.status());
+  auto opened = OpenDevice(f.device, true);
+  if (!opened.ok()) return Usage("migrate", opened.status());
+  Device* src = opened->device.get();
   ProgressPrinter progress(stderr);
-  progress.Note(fmt::format("source: {}, workload running", (*src)->Describe()));
+  progress.Note(fmt::format("source: {}, workload running", src->Describe()));
+  if (opened->proc != nullptr) {
+    progress.Note(fmt::format("dirty tracking: {} ({})", opened->proc->TrackerName(), opened->proc->TrackerReason()));
+  }
   std::this_thread::sleep_for(*warmup);
 
   std::optional<EstimateReport> estimate;
   if (f.dry_run) {
     auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return Usage("migrate", eo.status());
-    auto er = EstimateDevice(**src, *eo, SystemClock());
+    auto er = EstimateDevice(*src, *eo, SystemClock());
     if (!er.ok()) {
       fmt::print(stderr, "gpumigrate migrate: {}\n", er.status().message());
       return 1;
@@ -163,8 +191,17 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.session_id = ns->session_id;
   o.aes_key = ns->aes_key;
   o.on_progress = [&](const Progress& p) { progress.Update(p); };
-  MigrationReport r = RunSource(**src, ns->View(), o);
+  MigrationReport r = RunSource(*src, ns->View(), o);
   progress.Finish();
+  if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
+    // The destination runs the workload now: this copy must not run on.
+    if (Status st = opened->proc->Release(); !st.ok()) {
+      fmt::print(stderr, "gpumigrate migrate: releasing the source process failed: {} (it stays paused)\n",
+                 st.message());
+    } else {
+      progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
+    }
+  }
   if (estimate) {
     if (f.json) {
       auto j = nlohmann::ordered_json::parse(ReportToJson(r));
@@ -189,8 +226,6 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
 int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   auto tls = MakeTls(f.tls);
   if (!tls.ok()) return Usage("receive", tls.status());
-  auto spec = SimOnly(f.device);
-  if (!spec.ok()) return Usage("receive", spec.status());
   auto at = ParseHostPort(f.listen);
   if (!at.ok()) return Usage("receive", at.status());
   auto accept_timeout = ParseDuration(f.accept_timeout);
@@ -198,8 +233,9 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   if (!accept_timeout.ok() || !run_after.ok()) {
     return Usage("receive", !accept_timeout.ok() ? accept_timeout.status() : run_after.status());
   }
-  auto dst = SimDevice::Create(*spec, SimRole::kDestination);
-  if (!dst.ok()) return Usage("receive", dst.status());
+  auto opened = OpenDevice(f.device, false);
+  if (!opened.ok()) return Usage("receive", opened.status());
+  Device* dst = opened->device.get();
   auto listener = TcpListener::Listen(*at);
   if (!listener.ok()) return Usage("receive", listener.status());
   if (!f.port_file.empty()) {
@@ -208,7 +244,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     pf.close();
     std::rename((f.port_file + ".tmp").c_str(), f.port_file.c_str());
   }
-  fmt::print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), (*dst)->Describe(),
+  fmt::print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), dst->Describe(),
              tls->has_value() ? "" : " (INSECURE: no TLS)");
   auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout),
                           tls->has_value() ? &**tls : nullptr);
@@ -225,12 +261,15 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     if (p == Phase::kRoundEnd) fmt::print(stderr, "receive: round {} applied\n", round);
     if (p == Phase::kPreparedSent) fmt::print(stderr, "receive: verified and prepared; waiting for commit\n");
   };
-  MigrationReport r = RunDestination(**dst, ns->View(), o);
+  MigrationReport r = RunDestination(*dst, ns->View(), o);
   ResumeCheck check;
   int rc = ExitCodeFor(r);
-  if (r.outcome == Outcome::kCompleted) {
-    check = RunResumeCheck(**dst, *run_after);
+  if (r.outcome == Outcome::kCompleted && opened->sim != nullptr) {
+    check = RunResumeCheck(*opened->sim, *run_after);
     if (!check.ok) rc = 1;
+  } else if (r.outcome == Outcome::kCompleted && opened->proc != nullptr) {
+    check.line = fmt::format("  destination: process {} adopted the memory and runs on (it checks its own memory)",
+                             opened->proc->pid());
   }
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));

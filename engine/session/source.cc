@@ -372,7 +372,7 @@ MigrationReport Source::Fail(Status st, const std::string& phase) {
   report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
   report_.status = st.WithContext(fmt::format("migration aborted in {}", phase));
   DeviceState s = dev_.State();
-  if (s == DeviceState::kPreCopy || s == DeviceState::kStopCopy) {
+  if (s == DeviceState::kPreCopy || s == DeviceState::kStopCopy || s == DeviceState::kStop) {
     Status back = dev_.SetState(DeviceState::kRunning);
     if (!back.ok()) {
       report_.status = Internal(fmt::format("{}; and returning the source to RUNNING failed: {}",
@@ -416,7 +416,7 @@ MigrationReport Source::FinishProbe(const PolicyResult& decision) {
 MigrationReport Source::InDoubt(Status st, const std::string& phase) {
   CloseAll();
   if (tracking_) (void)tracker_->Stop();
-  if (dev_.State() == DeviceState::kStopCopy) (void)dev_.SetState(DeviceState::kStop);
+  if (dev_.State() != DeviceState::kStop) (void)dev_.SetState(DeviceState::kStop);
   report_.outcome = Outcome::kInDoubt;
   report_.bytes_sent = sender_->bytes_sent();
   report_.failed_phase = phase;
@@ -550,6 +550,10 @@ MigrationReport Source::Run() {
   if (opt_.verify_full) {
     if (Status st = VerifyFull(); !st.ok()) return Fail(st, "switchover: verify full");
   }
+  // Everything is read: STOP_COPY -> STOP, as a VFIO source does once its data is
+  // drained. From STOP a backend may hold the workload stopped even if this
+  // process dies (the proc shim does): Commit can only follow from here.
+  if (Status st = dev_.SetState(DeviceState::kStop); !st.ok()) return Fail(st, "switchover: stop device");
   auto t5 = Clock::now();
   if (opt_.verify_full) bd.emplace_back("verify_full", MsBetween(t4, t5));
 
@@ -582,8 +586,7 @@ MigrationReport Source::Run() {
 
   // The slow tidy-up happens after the stun.
   (void)tracker_->Stop();
-  tracking_ = false;
-  (void)dev_.SetState(DeviceState::kStop);  // released: the destination owns the workload now
+  tracking_ = false;  // the device stays in STOP: the destination owns the workload now
   CloseAll();
   report_.outcome = Outcome::kCompleted;
   report_.verified = true;

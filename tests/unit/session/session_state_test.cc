@@ -94,8 +94,9 @@ TEST(SessionStateMachine, DestinationStateRejectedAbortsWithItsReason) {
   EXPECT_EQ(res.source.outcome, Outcome::kAborted);
   EXPECT_NE(res.source.status.message().find("blob rejected"), std::string::npos) << res.source.status.message();
   EXPECT_NE(res.source.status.message().find("destination aborted"), std::string::npos);
+  // The source reached STOP (all read) before Prepare; rejected before Commit, it resumes.
   EXPECT_EQ(f.src.transitions, (std::vector<DeviceState>{DeviceState::kPreCopy, DeviceState::kStopCopy,
-                                                         DeviceState::kRunning}));
+                                                         DeviceState::kStop, DeviceState::kRunning}));
   EXPECT_EQ(f.dst.State(), DeviceState::kError);
 }
 

@@ -1,0 +1,69 @@
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "gpumigrate/proc.h"
+#include "gpumigrate/units.h"
+
+namespace gpumigrate {
+
+std::string_view ProcTrackingName(ProcTracking t) {
+  switch (t) {
+    case ProcTracking::kAuto: return "auto";
+    case ProcTracking::kPagemapScan: return "pagemap-scan";
+    case ProcTracking::kSyncWp: return "sync-wp";
+    case ProcTracking::kHash: return "hash";
+  }
+  return "?";
+}
+
+std::string ProcSpec::ToString() const {
+  std::string s = fmt::format("proc:{}", pid);
+  if (tracker != ProcTracking::kAuto) s += fmt::format(",tracker={}", ProcTrackingName(tracker));
+  if (page_size != 0) s += fmt::format(",page={}", page_size);
+  return s;
+}
+
+Result<ProcSpec> ParseProcSpec(std::string_view text) {
+  constexpr std::string_view kPrefix = "proc:";
+  auto bad = [&](std::string_view why) {
+    return InvalidArgument(fmt::format("device '{}': {} (expected proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash]"
+                                       "[,page=SIZE])",
+                                       text, why));
+  };
+  if (text.substr(0, kPrefix.size()) != kPrefix) return bad("not a proc device");
+  std::string_view rest = text.substr(kPrefix.size());
+  ProcSpec spec;
+  bool first = true;
+  while (!rest.empty() || first) {
+    size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    if (first) {
+      first = false;
+      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), spec.pid);
+      if (ec != std::errc() || p != item.data() + item.size() || spec.pid <= 0) return bad("PID must be a positive number");
+      continue;
+    }
+    size_t eq = item.find('=');
+    if (eq == std::string_view::npos) return bad(fmt::format("'{}' is not key=value", item));
+    std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    if (key == "tracker") {
+      if (value == "auto") spec.tracker = ProcTracking::kAuto;
+      else if (value == "pagemap-scan" || value == "async") spec.tracker = ProcTracking::kPagemapScan;
+      else if (value == "sync-wp" || value == "sync") spec.tracker = ProcTracking::kSyncWp;
+      else if (value == "hash") spec.tracker = ProcTracking::kHash;
+      else return bad(fmt::format("unknown tracker '{}'", value));
+    } else if (key == "page") {
+      auto size = ParseSize(value);
+      if (!size.ok()) return bad(size.status().message());
+      if (*size == 0 || (*size & (*size - 1)) != 0 || *size > (uint64_t{1} << 30)) return bad("page must be a power of two");
+      spec.page_size = static_cast<uint32_t>(*size);
+    } else {
+      return bad(fmt::format("unknown key '{}'", key));
+    }
+  }
+  return spec;
+}
+
+}  // namespace gpumigrate

@@ -1,0 +1,86 @@
+// The wire between gpumigrate and the shim inside a workload process: a Unix
+// stream socket at ShimSocketPath(pid), one request and one reply at a time.
+// Every message is a 16-byte header and `len` payload bytes; file descriptors
+// (memfds, the userfaultfd) ride on the reply header as SCM_RIGHTS. Both ends are
+// built from this one file, so the layout is not versioned beyond kShimAbi.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gpumigrate::shimwire {
+
+inline constexpr uint32_t kMagic = 0x48534d47;  // "GMSH"
+inline constexpr uint32_t kShimAbi = 1;
+inline constexpr uint32_t kMaxPayload = 1u << 30;
+inline constexpr int kMaxFds = 64;
+
+enum class Msg : uint16_t {
+  kHello = 1,     // engine: HelloReq            shim: Layout + fds
+  kPause = 2,     // wait until no workload thread is inside a write section
+  kResume = 3,    // let the workload run again
+  kHold = 4,      // stay paused even if the engine goes away (switchover past STOP)
+  kSaveState = 5, // shim: the application's state blob
+  kRelease = 6,   // the workload now runs elsewhere: tell the application
+  kLoadState = 7, // destination: the state blob to hand over on Start
+  kStart = 8,     // destination: the regions are filled; adopt and run
+  kDiscard = 9,   // destination: zero the regions, keep waiting
+  kBye = 10,
+};
+
+enum class Role : uint32_t { kSource = 1, kDestination = 2 };
+enum class WpMode : uint32_t { kNone = 0, kAsync = 1, kSync = 2 };
+
+struct Header {
+  uint32_t magic = kMagic;
+  uint16_t type = 0;
+  uint16_t reserved = 0;
+  uint32_t error = 0;  // 0, or an errno with the message text as payload
+  uint32_t len = 0;
+};
+static_assert(sizeof(Header) == 16);
+
+struct HelloReq {
+  uint32_t abi = kShimAbi;
+  uint32_t role = 0;
+  uint32_t wp_mode = 0;
+  uint32_t reserved = 0;
+};
+
+inline constexpr uint32_t kRegionMemfd = 1u << 16;  // shim-internal: fd_index is valid
+
+struct RegionDesc {
+  char name[48] = {};
+  uint64_t addr = 0;       // in the workload's address space
+  uint64_t size = 0;
+  uint32_t page_size = 0;
+  uint32_t hint = 0;
+  uint32_t flags = 0;      // GM_SHIM_* flags | kRegionMemfd
+  int32_t fd_index = -1;   // index into the fds passed with the reply, or -1
+  uint32_t registered = 0; // 1: registered with the session's userfaultfd
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(RegionDesc) == 88);
+
+struct LayoutHead {
+  uint32_t abi = kShimAbi;
+  uint32_t pid = 0;
+  uint32_t regions = 0;
+  int32_t uffd_index = -1;      // index of the userfaultfd among the fds, or -1
+  uint64_t uffd_features = 0;   // the features the shim's UFFDIO_API granted
+  uint64_t state_size_hint = 0; // what the application expects its state blob to weigh
+  uint32_t paused = 0;          // the workload is paused (a previous session's switchover)
+  uint32_t held = 0;            // ... and held past STOP: in doubt until resumed or released
+};
+
+// "$GPUMIGRATE_SHIM_DIR/gpumigrate-shim.PID.sock" (default dir /tmp).
+std::string ShimSocketPath(int pid);
+
+// Blocking helpers; return 0 or -errno. Recv with timeout_ms < 0 waits forever.
+int SendMsg(int sock, Msg type, uint32_t error, std::span<const std::byte> payload, std::span<const int> fds = {});
+int RecvMsg(int sock, Header& h, std::vector<std::byte>& payload, std::vector<int>& fds, int timeout_ms);
+
+}  // namespace gpumigrate::shimwire

@@ -1,0 +1,94 @@
+// A workload inside the test process: one region (memfd, anonymous or THP)
+// exposed through the real shim, and writer threads that bracket their writes
+// with gm_shim_enter/leave. The proc device then connects to our own pid.
+#pragma once
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpumigrate/shim.h"
+
+namespace gpumigrate::testing {
+
+enum class MemKind { kMemfd, kAnon, kThp };
+inline const char* MemKindName(MemKind k) { return k == MemKind::kMemfd ? "memfd" : k == MemKind::kAnon ? "anon" : "thp"; }
+
+class InProcessWorkload {
+ public:
+  InProcessWorkload(MemKind kind, size_t size, uint32_t flags = 0) : size_(size) {
+    if (kind == MemKind::kMemfd) {
+      mem_ = static_cast<std::byte*>(gm_shim_alloc("test", size, GM_SHIM_HINT_DYNAMIC, flags));
+    } else {
+      const size_t huge = 2u << 20;
+      map_len_ = size + huge;
+      void* p = mmap(nullptr, map_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      map_ = p == MAP_FAILED ? nullptr : p;
+      auto base = reinterpret_cast<uintptr_t>(map_);
+      mem_ = reinterpret_cast<std::byte*>(kind == MemKind::kThp ? (base + huge - 1) & ~(huge - 1) : base);
+      if (kind == MemKind::kThp) flags |= GM_SHIM_HUGEPAGE;
+      if (gm_shim_register("test", mem_, size, GM_SHIM_HINT_DYNAMIC, flags) != 0) mem_ = nullptr;
+    }
+    if (mem_ != nullptr) {
+      // Every page non-zero to begin with (THP: faulted in as huge pages).
+      for (size_t off = 0; off < size; off += 4096) std::memset(mem_ + off, 0x5a, 64);
+    }
+  }
+  ~InProcessWorkload() {
+    StopWriters();
+    gm_shim_shutdown();
+    if (map_ != nullptr) munmap(map_, map_len_);
+  }
+
+  bool ok() const { return mem_ != nullptr; }
+  std::byte* mem() { return mem_; }
+  size_t size() const { return size_; }
+  uint64_t writes() const { return writes_.load(); }
+
+  // Threads that keep writing random pages (each write stamps a counter into a
+  // random offset of the page) until StopWriters().
+  void StartWriters(int n) {
+    stop_ = false;
+    for (int t = 0; t < n; ++t) {
+      threads_.emplace_back([this, t] {
+        std::mt19937_64 rng(1234 + t);
+        const size_t pages = size_ / 4096;
+        while (!stop_.load(std::memory_order_relaxed)) {
+          if (gm_shim_enter() != 0) return;
+          for (int k = 0; k < 8; ++k) {
+            uint64_t p = rng() % pages;
+            uint64_t stamp = writes_.fetch_add(1) + 1;
+            size_t off = (rng() % (4096 / 8)) * 8;
+            std::memcpy(mem_ + p * 4096 + off, &stamp, 8);
+          }
+          gm_shim_leave();
+          if (rng() % 16 == 0) std::this_thread::yield();
+        }
+      });
+    }
+  }
+  void StopWriters() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+  }
+
+ private:
+  size_t size_;
+  std::byte* mem_ = nullptr;
+  void* map_ = nullptr;
+  size_t map_len_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> writes_{0};
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace gpumigrate::testing
