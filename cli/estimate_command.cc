@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/device_open.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/units.h"
 
@@ -14,7 +15,7 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
       "estimate",
       "Dry run: observe the device's dirty working set and data without sending anything, then predict the pre-copy "
       "rounds, total time and stun (with ranges) and decide: live-migrate, drain-and-replace or cannot-converge.");
-  c->add_option("--device", f.device, "Device spec (sim:llm or sim:key=value,...; see `gpumigrate help demo`)")
+  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`) or proc:PID")
       ->capture_default_str();
   c->add_option("--link", f.link,
                 "Link speed to assume, e.g. 25Gbit or 2GiB/s (default: the in-process pipeline's calibrated rate)");
@@ -149,25 +150,14 @@ int RunEstimate(const EstimateFlags& f) {
     fmt::print(stderr, "gpumigrate estimate: {}\n", (!opts.ok() ? opts.status() : warmup.status()).message());
     return 2;
   }
-  auto spec = ParseSimSpec(f.device);
-  if (!spec.ok()) {
-    if (f.device.rfind("sim", 0) != 0) {
-      fmt::print(stderr,
-                 "gpumigrate estimate: device '{}' is not supported yet: only sim devices exist in this build\n",
-                 f.device);
-    } else {
-      fmt::print(stderr, "gpumigrate estimate: {}\n", spec.status().message());
-    }
-    return 2;
-  }
-  auto dev = SimDevice::Create(*spec, SimRole::kSource);
+  auto dev = OpenDevice(f.device, true);
   if (!dev.ok()) {
     fmt::print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
     return 2;
   }
-  fmt::print(stderr, "observing {} for {} (after {} warm-up)...\n", (*dev)->Describe(), f.sample, f.warmup);
+  fmt::print(stderr, "observing {} for {} (after {} warm-up)...\n", dev->device->Describe(), f.sample, f.warmup);
   std::this_thread::sleep_for(*warmup);
-  auto report = EstimateDevice(**dev, *opts, SystemClock());
+  auto report = EstimateDevice(*dev->device, *opts, SystemClock());
   if (!report.ok()) {
     fmt::print(stderr, "gpumigrate estimate: {}\n", report.status().message());
     return 1;

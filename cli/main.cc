@@ -15,6 +15,7 @@
 #include "cli/demo_command.h"
 #include "cli/estimate_command.h"
 #include "cli/net_commands.h"
+#include "cli/proc_commands.h"
 
 namespace {
 
@@ -50,6 +51,9 @@ int main(int argc, char** argv) {
   CLI::App* migrate_cmd = gpumigrate::cli::AddMigrateCommand(app, migrate);
   gpumigrate::cli::ReceiveFlags receive;
   CLI::App* receive_cmd = gpumigrate::cli::AddReceiveCommand(app, receive);
+  gpumigrate::cli::HeldFlags held;
+  CLI::App* resume_cmd = gpumigrate::cli::AddResumeCommand(app, held);
+  CLI::App* release_cmd = gpumigrate::cli::AddReleaseCommand(app, held);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -82,5 +86,7 @@ int main(int argc, char** argv) {
   if (*estimate_cmd) return gpumigrate::cli::RunEstimate(estimate);
   if (*migrate_cmd) return gpumigrate::cli::RunMigrate(migrate, g_cancel);
   if (*receive_cmd) return gpumigrate::cli::RunReceive(receive, g_cancel);
+  if (*resume_cmd) return gpumigrate::cli::RunHeld(held, false);
+  if (*release_cmd) return gpumigrate::cli::RunHeld(held, true);
   return 2;
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/device_open.h"
 #include "cli/estimate_command.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
@@ -61,38 +62,6 @@ int Usage(const char* cmd, const Status& s) {
   return 2;
 }
 
-
-// The device a migrate or receive works on: sim:... (in this process) or proc:PID.
-struct OpenedDevice {
-  std::unique_ptr<Device> device;
-  SimDevice* sim = nullptr;
-  ProcDevice* proc = nullptr;
-};
-
-Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
-  OpenedDevice d;
-  if (spec.rfind("proc:", 0) == 0) {
-    GM_ASSIGN_OR_RETURN(ProcSpec ps, ParseProcSpec(spec));
-    GM_ASSIGN_OR_RETURN(auto dev, ProcDevice::Connect(ps, source ? ProcRole::kSource : ProcRole::kDestination));
-    if (source && dev->State() != DeviceState::kRunning) {
-      return FailedPrecondition(fmt::format(
-          "process {} is {} from an earlier migration (in doubt): `gpumigrate resume --device {}` or `gpumigrate "
-          "release --device {}` first",
-          ps.pid, DeviceStateName(dev->State()), spec, spec));
-    }
-    d.proc = dev.get();
-    d.device = std::move(dev);
-    return d;
-  }
-  if (spec.rfind("sim", 0) != 0) {
-    return InvalidArgument(fmt::format("device '{}' is not supported: use sim:... or proc:PID", spec));
-  }
-  GM_ASSIGN_OR_RETURN(SimSpec ss, ParseSimSpec(spec));
-  GM_ASSIGN_OR_RETURN(auto dev, SimDevice::Create(ss, source ? SimRole::kSource : SimRole::kDestination));
-  d.sim = dev.get();
-  d.device = std::move(dev);
-  return d;
-}
 
 }  // namespace
 

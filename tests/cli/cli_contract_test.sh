@@ -127,8 +127,10 @@ check "estimate --project" 0 $?
 contains "projection states its assumptions" "$tmp/proj" "dirty working sets scale with size"
 contains "projection names the size" "$tmp/proj" "596.05 GiB"
 "$bin" estimate --project 8xlots >"$tmp/e6" 2>&1; check "bad projection" 2 $?
-"$bin" estimate --device proc:1 >"$tmp/e7" 2>&1; check "backend not built yet" 2 $?
-contains "backend message" "$tmp/e7" "not supported yet"
+"$bin" estimate --device proc:1 >"$tmp/e7" 2>&1; check "process without the shim" 2 $?
+contains "proc message" "$tmp/e7" "serves no gpumigrate shim"
+"$bin" estimate --device vfio:/dev/vfio/1 >"$tmp/e8" 2>&1; check "backend not built yet" 2 $?
+contains "backend message" "$tmp/e8" "not supported"
 
 # demo --dry-run: estimate, probe, abort on purpose, exit 0.
 "$bin" demo --dry-run --json --device "$small" --sample 300ms --warmup 20ms --bandwidth 400MB/s \

@@ -20,6 +20,7 @@
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <xxhash.h>
 
 #include "gpumigrate/shim.h"
 #include "gpumigrate/units.h"
@@ -46,6 +47,7 @@ struct Options {
   std::string run_for;               // source: stop after this long and self-check
   std::string run_after = "0s";      // adopt: write on this long after adopting
   std::string adopt_timeout = "300s";
+  std::string dump_hashes;  // file for XXH3 of every page: at release (source), at adoption (destination)
 };
 
 struct Workload {
@@ -83,6 +85,17 @@ struct Workload {
     return static_cast<int64_t>(pages);
   }
 };
+
+// One XXH3-64 per page, little-endian, so two processes' memories compare with cmp.
+bool DumpHashes(const Workload& w, const std::string& path) {
+  if (path.empty()) return true;
+  std::vector<uint64_t> h(w.pages);
+  for (uint64_t p = 0; p < w.pages; ++p) h[p] = XXH3_64bits(w.mem + p * w.st.page_size, w.st.page_size);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return false;
+  bool ok = std::fwrite(h.data(), 8, h.size(), f) == h.size();
+  return std::fclose(f) == 0 && ok;
+}
 
 long SaveState(void* ctx, void** blob) {
   auto* w = static_cast<Workload*>(ctx);
@@ -216,6 +229,7 @@ int Run(const Options& o) {
     }
     for (auto& t : ts) t.join();
     if (released || gm_shim_released()) {
+      if (!DumpHashes(w, o.dump_hashes)) return 2;
       fmt::print("released at step {}: the workload moved to the destination\n", w.step.load());
       std::fflush(stdout);
       gm_shim_shutdown();
@@ -250,6 +264,7 @@ int Run(const Options& o) {
   w.step = got.step;
   int64_t n = w.Check("after adopt");
   if (n < 0) return 1;
+  if (!DumpHashes(w, o.dump_hashes)) return 2;
   fmt::print("adopted at step {}: {} pages equal to the source at stop\n", got.step, n);
   std::fflush(stdout);
   if (after->count() > 0) {
@@ -298,6 +313,8 @@ int main(int argc, char** argv) {
   app.add_option("--run-after", o.run_after, "Adopt: write on this long after adopting, then self-check")
       ->capture_default_str();
   app.add_option("--adopt-timeout", o.adopt_timeout, "Adopt: how long to wait for a migration")->capture_default_str();
+  app.add_option("--dump-hashes", o.dump_hashes,
+                 "Write XXH3 of every page here: at release (source) or on adoption (destination)");
   CLI11_PARSE(app, argc, argv);
   return gpumigrate::workload::Run(o);
 }

@@ -1,0 +1,25 @@
+// Opens the device a command names: sim:... (simulated in this process) or
+// proc:PID (a live process linked with libgpumigrate_shim).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gpumigrate/device.h"
+#include "gpumigrate/proc.h"
+#include "gpumigrate/sim.h"
+#include "gpumigrate/status.h"
+
+namespace gpumigrate::cli {
+
+struct OpenedDevice {
+  std::unique_ptr<Device> device;
+  SimDevice* sim = nullptr;    // set when it is a sim device
+  ProcDevice* proc = nullptr;  // set when it is a proc device
+};
+
+// A source must be RUNNING (a proc source held from an earlier migration is refused
+// with the commands that resolve it).
+Result<OpenedDevice> OpenDevice(const std::string& spec, bool source);
+
+}  // namespace gpumigrate::cli

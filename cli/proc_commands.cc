@@ -1,0 +1,53 @@
+#include "cli/proc_commands.h"
+
+#include <fmt/format.h>
+
+#include "gpumigrate/proc.h"
+
+namespace gpumigrate::cli {
+
+CLI::App* AddResumeCommand(CLI::App& app, HeldFlags& f) {
+  auto* c = app.add_subcommand("resume",
+                               "Resume a source process held stopped after an in-doubt migration (only once the "
+                               "destination is known not to run it)");
+  c->add_option("--device", f.device, "proc:PID of the held source")->required();
+  return c;
+}
+
+CLI::App* AddReleaseCommand(CLI::App& app, HeldFlags& f) {
+  auto* c = app.add_subcommand("release",
+                               "Tell a source process held after an in-doubt migration that the destination runs it "
+                               "now (it exits without running on)");
+  c->add_option("--device", f.device, "proc:PID of the held source")->required();
+  return c;
+}
+
+int RunHeld(const HeldFlags& f, bool release) {
+  const char* cmd = release ? "release" : "resume";
+  auto spec = ParseProcSpec(f.device);
+  if (!spec.ok()) {
+    fmt::print(stderr, "gpumigrate {}: {}\n", cmd, spec.status().message());
+    return 2;
+  }
+  spec->tracker = ProcTracking::kHash;  // no write-protect needed to resolve a hold
+  auto dev = ProcDevice::Connect(*spec, ProcRole::kSource);
+  if (!dev.ok()) {
+    fmt::print(stderr, "gpumigrate {}: {}\n", cmd, dev.status().message());
+    return 2;
+  }
+  if ((*dev)->State() != DeviceState::kStop) {
+    fmt::print(stderr, "gpumigrate {}: process {} is {}, not held: nothing to do\n", cmd, spec->pid,
+               DeviceStateName((*dev)->State()));
+    return 1;
+  }
+  Status st = release ? (*dev)->Release() : (*dev)->SetState(DeviceState::kRunning);
+  if (!st.ok()) {
+    fmt::print(stderr, "gpumigrate {}: {}\n", cmd, st.message());
+    return 1;
+  }
+  fmt::print("gpumigrate {}: process {} {}\n", cmd, spec->pid,
+             release ? "released: it was told that it moved" : "resumed: RUNNING");
+  return 0;
+}
+
+}  // namespace gpumigrate::cli

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Live migration of a real, separate, writing process: gpumigrate-workload (the
+# source, linked with the shim) -> migrate -> receive -> gpumigrate-workload
+# --adopt (the destination), all on 127.0.0.1 and bounded by `timeout`. The
+# destination checks every page against the source's version table at stop, and
+# both dump a hash per page (source at release, destination at adoption) that
+# must be identical.
+# Usage: proc_migration_test.sh path/to/gpumigrate path/to/gpumigrate-workload
+set -uo pipefail
+bin=$1
+wl=$2
+tmp=$(mktemp -d)
+export GPUMIGRATE_SHIM_DIR=$tmp
+export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
+fail=0
+check() { if [ "$2" != "$3" ]; then echo "FAIL: $1: exit code $3, expected $2"; fail=1; else echo "ok: $1"; fi; }
+contains() { if grep -q -- "$3" "$2"; then echo "ok: $1"; else echo "FAIL: $1: '$3' not in $2:"; sed 's/^/    /' "$2" | tail -20; fail=1; fi; }
+
+# start_workload NAME ARGS...: sets $wpid (the workload's own pid, from its ready
+# line) and $tpid (the `timeout` around it, to wait on) once it is ready.
+start_workload() {
+  local name=$1; shift
+  timeout 60 "$wl" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  tpid=$!
+  pids+=("$tpid")
+  wpid=
+  for _ in $(seq 200); do
+    wpid=$(sed -n 's/^ready pid=\([0-9]*\).*/\1/p' "$tmp/$name.out" 2>/dev/null)
+    [ -n "$wpid" ] && { pids+=("$wpid"); return 0; }
+    sleep 0.05
+  done
+  echo "FAIL: $name: workload did not start"; cat "$tmp/$name.err"; fail=1
+}
+
+start_receiver() {  # start_receiver NAME DEVICE: sets $port and $rpid
+  local name=$1 dev=$2
+  rm -f "$tmp/$name.port"
+  timeout 120 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" --insecure-no-tls \
+    --json >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+  rpid=$!
+  pids+=("$rpid")
+  for _ in $(seq 100); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done
+  port=$(cat "$tmp/$name.port" 2>/dev/null)
+}
+
+# migrate_case NAME TRACKER WORKLOAD-ARGS...: a whole migration with the tracker forced.
+migrate_case() {
+  local name=$1 tracker=$2; shift 2
+  start_workload "$name.src" --size 32MiB --rate 40MB/s "$@" --dump-hashes "$tmp/$name.src.hashes"
+  local spid=$wpid stpid=$tpid
+  start_workload "$name.dst" --size 32MiB --adopt --run-after 300ms "$@" --dump-hashes "$tmp/$name.dst.hashes"
+  local dpid=$wpid dtpid=$tpid
+  start_receiver "$name" "proc:$dpid"
+  local dev="proc:$spid"
+  [ "$tracker" != auto ] && dev="$dev,tracker=$tracker"
+  timeout 120 "$bin" migrate --to "127.0.0.1:$port" --device "$dev" --insecure-no-tls --streams 2 --warmup 300ms \
+    --json >"$tmp/$name.json" 2>"$tmp/$name.err"
+  check "$name: migrate" 0 $?
+  wait "$rpid"; check "$name: receive" 0 $?
+  wait "$stpid"; check "$name: source workload exits after release" 0 $?
+  wait "$dtpid"; check "$name: destination workload checks itself and runs on" 0 $?
+  contains "$name: source was released" "$tmp/$name.src.out" "released at step"
+  contains "$name: destination adopted every page" "$tmp/$name.dst.out" "pages equal to the source at stop"
+  contains "$name: destination ran on" "$tmp/$name.dst.out" "ran on to step"
+  if cmp -s "$tmp/$name.src.hashes" "$tmp/$name.dst.hashes"; then
+    echo "ok: $name: destination memory equals the source's at stop, page for page"
+  else
+    echo "FAIL: $name: page hashes differ"; fail=1
+  fi
+  python3 - "$tmp/$name.json" "$tracker" "$name" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+ok = r["outcome"] == "completed" and r["verified"] and len(r["rounds"]) >= 2
+if not ok:
+    print(f"FAIL: {sys.argv[3]}: report {json.dumps(r)[:500]}"); sys.exit(1)
+print(f"ok: {sys.argv[3]}: report completed, verified, {len(r['rounds'])} rounds, stun {r['stun_ms']:.1f} ms")
+PY
+  local want=$tracker
+  [ "$tracker" = auto ] && want=hash
+  contains "$name: tracker named" "$tmp/$name.err" "dirty tracking: $want"
+}
+
+migrate_case pagemap_memfd pagemap-scan --memory memfd
+migrate_case pagemap_thp pagemap-scan --memory thp
+migrate_case syncwp_anon sync-wp --memory anon
+migrate_case hash_memfd hash --memory memfd
+# Writes through a second mapping (as DMA would land) of a region flagged --dma:
+# auto tracking must choose hashing, and nothing may be missed.
+migrate_case dma_alias auto --memory memfd --dma --write-via alias
+
+# The source workload killed mid pre-copy: a clear error, exit 1, the receiver discards.
+start_workload kill.src --size 64MiB --rate 20MB/s
+kpid=$wpid
+ktpid=$tpid
+start_workload kill.dst --size 64MiB --adopt
+kdpid=$wpid
+kdtpid=$tpid
+start_receiver kill "proc:$kdpid"
+timeout 60 "$bin" migrate --to "127.0.0.1:$port" --device "proc:$kpid" --insecure-no-tls --bandwidth 16MB/s \
+  --warmup 10ms >"$tmp/kill.out" 2>"$tmp/kill.err" &
+mpid=$!
+sleep 1.5
+kill -9 "$kpid"
+wait "$ktpid" 2>/dev/null
+wait "$mpid"; check "workload killed: migrate fails" 1 $?
+contains "workload killed: the error says so" "$tmp/kill.out" "exited\|is gone\|no longer registered"
+wait "$rpid"; check "workload killed: receive aborts" 1 $?
+if kill -0 "$kdpid" 2>/dev/null; then echo "ok: destination workload keeps waiting (discarded)"; else echo "FAIL: destination workload died"; fail=1; fi
+kill "$kdpid" 2>/dev/null; wait "$kdtpid" 2>/dev/null
+
+# gpumigrate killed mid pre-copy: the workload runs on, and its memory is intact.
+start_workload gone.src --size 64MiB --rate 20MB/s --run-for 4s
+gpid=$wpid
+gtpid=$tpid
+start_workload gone.dst --size 64MiB --adopt
+gdpid=$wpid
+start_receiver gone "proc:$gdpid"
+timeout 60 "$bin" migrate --to "127.0.0.1:$port" --device "proc:$gpid" --insecure-no-tls --bandwidth 16MB/s \
+  --warmup 10ms >"$tmp/gone.out" 2>"$tmp/gone.err" &
+mpid=$!
+sleep 1.5
+kill -9 "$mpid"
+wait "$gtpid"; check "engine killed: the workload ran on and checked its memory" 0 $?
+contains "engine killed: self-check" "$tmp/gone.src.out" "self-check at exit: 16384 pages OK"
+wait "$rpid"; check "engine killed: receive aborts" 1 $?
+kill "$gdpid" 2>/dev/null
+
+# Resolving commands refuse a workload that is not held.
+start_workload idle --size 4MiB --rate 1MB/s
+"$bin" resume --device "proc:$wpid" >"$tmp/resume.out" 2>&1; check "resume of a running workload" 1 $?
+contains "resume says why" "$tmp/resume.out" "not held"
+"$bin" receive --listen 127.0.0.1:0 --device "proc:$wpid" --insecure-no-tls --accept-timeout 1s >"$tmp/role.out" 2>&1
+check "a running workload is no destination" 2 $?
+contains "role error" "$tmp/role.out" "not a destination waiting to adopt"
+kill "$wpid"
+
+exit $fail
