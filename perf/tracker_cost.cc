@@ -1,0 +1,185 @@
+// Cost of one read-and-clear (DirtyTracker::Sync) over a region of a live process
+// at 0.1 %, 1 % and 10 % dirty pages, for each proc tracker, beside the cost of
+// hashing the same memory (XXH3-64, the hash tracker's floor) and of copying it
+// (memcpy), all measured in this run. Also the writer's cost per first write to a
+// page (the write-protect fault) for each tracker.
+//
+// The process is its own workload: the region is exposed through the real shim and
+// the proc device connects to our own pid, as `migrate --device proc:PID` would.
+//   tracker_cost [SIZE=1GiB] [REPS=5]
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "gpumigrate/dirty_tracker.h"
+#include "gpumigrate/proc.h"
+#include "gpumigrate/shim.h"
+#include "gpumigrate/units.h"
+
+using namespace gpumigrate;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Region {
+  std::byte* mem = nullptr;
+  size_t size = 0;
+  void* map = nullptr;
+};
+
+// Exposes `size` bytes of `kind` memory through the shim, every page written once.
+Region Expose(const std::string& kind, size_t size) {
+  Region r;
+  r.size = size;
+  if (kind == "memfd") {
+    r.mem = static_cast<std::byte*>(gm_shim_alloc("bench", size, GM_SHIM_HINT_DYNAMIC, 0));
+  } else {
+    r.map = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    r.mem = static_cast<std::byte*>(r.map);
+    if (gm_shim_register("bench", r.mem, size, GM_SHIM_HINT_DYNAMIC, 0) != 0) r.mem = nullptr;
+  }
+  if (r.mem == nullptr) {
+    fmt::print(stderr, "tracker_cost: {}\n", gm_shim_last_error());
+    std::exit(1);
+  }
+  for (size_t off = 0; off < size; off += 4096) r.mem[off] = std::byte{1};
+  if (gm_shim_start() != 0) {
+    fmt::print(stderr, "tracker_cost: {}\n", gm_shim_last_error());
+    std::exit(1);
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  uint64_t size = uint64_t{1} << 30;
+  int reps = 5;
+  if (argc > 1) {
+    auto s = ParseSize(argv[1]);
+    if (!s.ok()) {
+      fmt::print(stderr, "tracker_cost: {}\n", s.status().message());
+      return 2;
+    }
+    size = *s;
+  }
+  if (argc > 2) reps = std::max(1, std::atoi(argv[2]));
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  size = size / page * page;
+  const uint64_t pages = size / page;
+  const double gib = static_cast<double>(size) / (1 << 30);
+
+  // A new value at each rep of every tracker (the same pages come round again), so
+  // every write changes the page and hashing must see it.
+  uint8_t stamp = 1;
+  for (const std::string kind : {"anon", "memfd"}) {
+    Region reg = Expose(kind, size);
+    // Peers and floor over the same memory, in this run.
+    std::vector<double> hash_ms, copy_ms;
+    std::vector<std::byte> dst(size);
+    std::memset(dst.data(), 0, size);  // touch it: fresh memory costs far more than the copy
+    uint64_t sink = 0;
+    for (int i = 0; i < reps; ++i) {
+      auto t0 = Clock::now();
+      for (uint64_t p = 0; p < pages; ++p) sink ^= XXH3_64bits(reg.mem + p * page, page);
+      auto t1 = Clock::now();
+      std::memcpy(dst.data(), reg.mem, size);
+      auto t2 = Clock::now();
+      hash_ms.push_back(Ms(t1 - t0));
+      copy_ms.push_back(Ms(t2 - t1));
+    }
+    dst = {};
+    nlohmann::ordered_json peers;
+    peers["bench"] = "tracker_cost";
+    peers["memory"] = kind;
+    peers["region_bytes"] = size;
+    peers["xxh3_pages_ms"] = Median(hash_ms);
+    peers["xxh3_gb_per_s"] = static_cast<double>(size) / Median(hash_ms) / 1e6;
+    peers["memcpy_ms"] = Median(copy_ms);
+    peers["memcpy_gb_per_s"] = static_cast<double>(size) / Median(copy_ms) / 1e6;
+    peers["sink"] = sink & 1;
+    fmt::print("{}\n", peers.dump());
+
+    for (ProcTracking t : {ProcTracking::kPagemapScan, ProcTracking::kSyncWp, ProcTracking::kHash}) {
+      auto dev = ProcDevice::Connect(ProcSpec{getpid(), t, 0}, ProcRole::kSource);
+      if (!dev.ok()) {
+        fmt::print(stderr, "tracker_cost: {}\n", dev.status().message());
+        return 1;
+      }
+      DirtyTracker* tr = (*dev)->Tracker();
+      auto t0 = Clock::now();
+      if (Status st = tr->Start(); !st.ok()) {
+        fmt::print(stderr, "tracker_cost: start: {}\n", st.message());
+        return 1;
+      }
+      double start_ms = Ms(Clock::now() - t0);
+      std::mt19937_64 rng(42);
+      for (double frac : {0.0, 0.001, 0.01, 0.1}) {
+        const uint64_t n = static_cast<uint64_t>(static_cast<double>(pages) * frac);
+        std::vector<double> sync_ms, write_us;
+        uint64_t reported_ok = 0;
+        for (int i = 0; i < reps; ++i) {
+          // n distinct pages: a random stride walk.
+          std::vector<uint64_t> which(n);
+          uint64_t start = rng() % pages, stride = (pages / std::max<uint64_t>(n, 1)) | 1;
+          for (uint64_t k = 0; k < n; ++k) which[k] = (start + k * stride) % pages;
+          auto w0 = Clock::now();
+          stamp = static_cast<uint8_t>(stamp % 250 + 1);
+          (void)gm_shim_enter();
+          for (uint64_t p : which) reg.mem[p * page + 8] = static_cast<std::byte>(stamp);
+          gm_shim_leave();
+          auto w1 = Clock::now();
+          DirtyBitmap bm(pages);
+          auto s0 = Clock::now();
+          if (Status st = tr->Sync(0, bm); !st.ok()) {
+            fmt::print(stderr, "tracker_cost: sync: {}\n", st.message());
+            return 1;
+          }
+          sync_ms.push_back(Ms(Clock::now() - s0));
+          if (n > 0) write_us.push_back(Ms(w1 - w0) * 1e3 / static_cast<double>(n));
+          std::sort(which.begin(), which.end());
+          which.erase(std::unique(which.begin(), which.end()), which.end());
+          bool exact = bm.Count() == which.size();
+          for (uint64_t p : which) exact = exact && bm.Test(p);
+          reported_ok += exact ? 1 : 0;
+        }
+        nlohmann::ordered_json j;
+        j["bench"] = "tracker_cost";
+        j["memory"] = kind;
+        j["tracker"] = (*dev)->TrackerName();
+        j["region_bytes"] = size;
+        j["dirty_fraction"] = frac;
+        j["dirty_pages"] = n;
+        j["read_and_clear_ms"] = Median(sync_ms);
+        j["read_and_clear_ms_per_gib"] = Median(sync_ms) / gib;
+        j["peer_xxh3_same_memory_ms"] = Median(hash_ms);
+        j["floor_memcpy_same_memory_ms"] = Median(copy_ms);
+        j["vs_hashing"] = Median(sync_ms) / Median(hash_ms);
+        if (!write_us.empty()) j["writer_us_per_first_write"] = Median(write_us);
+        j["start_ms"] = start_ms;
+        j["exact_reports"] = fmt::format("{}/{}", reported_ok, reps);
+        fmt::print("{}\n", j.dump());
+      }
+      (void)tr->Stop();
+    }
+    gm_shim_shutdown();
+    if (reg.map != nullptr) munmap(reg.map, size);
+  }
+  return 0;
+}
