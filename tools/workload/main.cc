@@ -250,8 +250,16 @@ int Run(const Options& o) {
   if (!timeout.ok() || !after.ok()) return 2;
   void* blob = nullptr;
   size_t len = 0;
-  int ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(*timeout).count());
-  if (gm_shim_wait_adopt(&blob, &len, ms) != 0) return Fail("waiting to adopt");
+  // Wait in slices so SIGTERM/SIGINT end the wait too.
+  auto give_up = std::chrono::steady_clock::now() + *timeout;
+  while (gm_shim_wait_adopt(&blob, &len, 200) != 0) {
+    if (g_stop.load()) {
+      fmt::print(stderr, "workload[{}]: stopped while waiting to adopt\n", getpid());
+      gm_shim_shutdown();
+      return 1;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) return Fail("waiting to adopt");
+  }
   State got;
   std::string why = got.Parse(std::span(static_cast<const std::byte*>(blob), len));
   std::free(blob);
