@@ -242,6 +242,9 @@ int Run(const Options& o) {
     return 0;
   }
 
+  // The destination's memory exists before data arrives (as a GPU's does): fault it
+  // in now rather than page by page while round 0 lands.
+  std::memset(w.mem, 0, w.st.size);
   if (gm_shim_start_adopt() != 0) return Fail("gm_shim_start_adopt");
   fmt::print("ready pid={} role=adopt pages={} page_size={}\n", getpid(), w.pages, w.st.page_size);
   std::fflush(stdout);
