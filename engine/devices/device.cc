@@ -1,5 +1,7 @@
 #include "gpumigrate/device.h"
 
+#include <fmt/format.h>
+
 namespace gpumigrate {
 
 std::string_view DeviceStateName(DeviceState s) {
@@ -24,6 +26,38 @@ std::string_view RegionHintName(RegionHint h) {
     case RegionHint::kUnknown: return "unknown";
   }
   return "unknown";
+}
+
+Status CheckTransition(std::string_view backend, bool source, DeviceState cur, DeviceState next) {
+  using S = DeviceState;
+  auto from = [&](std::initializer_list<S> ok) {
+    for (S s : ok) {
+      if (cur == s) return true;
+    }
+    return false;
+  };
+  bool allowed = false;
+  if (source) {
+    switch (next) {
+      case S::kPreCopy: allowed = from({S::kRunning}); break;
+      case S::kStopCopy: allowed = from({S::kRunning, S::kPreCopy}); break;
+      case S::kStop: allowed = from({S::kStopCopy, S::kRunning}); break;
+      case S::kRunning: allowed = from({S::kPreCopy, S::kStopCopy, S::kStop}); break;
+      default: break;
+    }
+  } else {
+    switch (next) {
+      case S::kResuming: allowed = from({S::kStop}); break;
+      case S::kStop: allowed = from({S::kResuming, S::kError, S::kRunning}); break;
+      case S::kRunning: allowed = from({S::kStop}); break;
+      case S::kError: allowed = true; break;
+      default: break;
+    }
+  }
+  if (allowed) return Status::Ok();
+  return FailedPrecondition(fmt::format("{}: transition {} -> {} is not allowed on a {} device", backend,
+                                        DeviceStateName(cur), DeviceStateName(next),
+                                        source ? "source" : "destination"));
 }
 
 const RegionInfo* FindRegion(const std::vector<RegionInfo>& regions, uint32_t id) {

@@ -99,6 +99,11 @@ class Device {
   virtual DirtyTracker* Tracker() = 0;
 };
 
+// Ok when `cur -> next` is one of the arcs above for a source (or a destination),
+// else FailedPrecondition naming the backend and both states. Backends check with
+// this, then act.
+Status CheckTransition(std::string_view backend, bool source, DeviceState cur, DeviceState next);
+
 // Finds a region by id, or nullptr.
 const RegionInfo* FindRegion(const std::vector<RegionInfo>& regions, uint32_t id);
 

@@ -125,52 +125,42 @@ class ProcDeviceImpl : public ProcDevice {
 
   Status SetState(DeviceState next) override {
     const DeviceState cur = state_;
-    auto bad = [&] {
-      return FailedPrecondition(fmt::format("proc device: no transition {} -> {} on a {}", DeviceStateName(cur),
-                                            DeviceStateName(next),
-                                            role_ == ProcRole::kSource ? "source" : "destination"));
-    };
-    if (role_ == ProcRole::kSource) {
+    if (cur == next) return Status::Ok();
+    const bool source = role_ == ProcRole::kSource;
+    GM_RETURN_IF_ERROR(CheckTransition("proc device", source, cur, next));
+    if (source) {
       switch (next) {
-        case DeviceState::kPreCopy:
-          if (cur != DeviceState::kRunning) return bad();
-          break;
         case DeviceState::kStopCopy:
-          if (cur != DeviceState::kRunning && cur != DeviceState::kPreCopy) return bad();
           GM_RETURN_IF_ERROR(Request(w::Msg::kPause, {}, kPauseTimeoutMs).status().WithContext("pause the workload"));
           break;
         case DeviceState::kStop:
-          if (cur != DeviceState::kStopCopy && cur != DeviceState::kRunning) return bad();
           if (cur == DeviceState::kRunning) {
             GM_RETURN_IF_ERROR(Request(w::Msg::kPause, {}, kPauseTimeoutMs).status().WithContext("pause the workload"));
           }
           GM_RETURN_IF_ERROR(Request(w::Msg::kHold, {}, kReplyTimeoutMs).status().WithContext("hold the workload"));
           break;
         case DeviceState::kRunning:
-          if (cur == DeviceState::kPreCopy) break;
-          if (cur != DeviceState::kStopCopy && cur != DeviceState::kStop) return bad();
+          if (cur == DeviceState::kPreCopy) break;  // it never stopped
           GM_RETURN_IF_ERROR(Request(w::Msg::kResume, {}, kReplyTimeoutMs).status().WithContext("resume the workload"));
           break;
         default:
-          return bad();
+          break;
       }
     } else {
       switch (next) {
-        case DeviceState::kResuming:
-          if (cur != DeviceState::kStop) return bad();
-          break;
         case DeviceState::kStop:
-          if (cur != DeviceState::kResuming && cur != DeviceState::kError) return bad();
+          if (cur == DeviceState::kRunning) {
+            return FailedPrecondition("proc device: an adopted workload runs on its own; it cannot be stopped here");
+          }
           break;
         case DeviceState::kRunning:
-          if (cur != DeviceState::kStop) return bad();
           GM_RETURN_IF_ERROR(Request(w::Msg::kStart, {}, kReplyTimeoutMs).status().WithContext("start the workload"));
           break;
         case DeviceState::kError:
           state_ = DeviceState::kError;  // whatever happens next, what was received is not to be used
           return Request(w::Msg::kDiscard, {}, kReplyTimeoutMs).status().WithContext("discard");
         default:
-          return bad();
+          break;
       }
     }
     state_ = next;

@@ -145,45 +145,22 @@ class SimDeviceImpl final : public SimDevice {
     std::lock_guard op(op_mu_);
     DeviceState cur = state_.load();
     if (cur == next) return Status::Ok();
-    auto bad = [&] {
-      return FailedPrecondition(fmt::format("sim device: transition {} -> {} is not allowed on a {} device",
-                                            DeviceStateName(cur), DeviceStateName(next),
-                                            role_ == SimRole::kSource ? "source" : "destination"));
-    };
+    GM_RETURN_IF_ERROR(CheckTransition("sim device", role_ == SimRole::kSource, cur, next));
     if (role_ == SimRole::kSource) {
-      switch (next) {
-        case DeviceState::kPreCopy:
-          if (cur != DeviceState::kRunning) return bad();
-          break;
-        case DeviceState::kStopCopy:
-          if (cur != DeviceState::kRunning && cur != DeviceState::kPreCopy) return bad();
-          PauseWorkload();
-          break;
-        case DeviceState::kStop:
-          if (cur != DeviceState::kStopCopy && cur != DeviceState::kRunning) return bad();
-          PauseWorkload();
-          break;
-        case DeviceState::kRunning:
-          if (cur != DeviceState::kPreCopy && cur != DeviceState::kStopCopy && cur != DeviceState::kStop) return bad();
-          ResumeWorkload();
-          break;
-        default:
-          return bad();
+      if (next == DeviceState::kRunning) {
+        ResumeWorkload();
+      } else if (next == DeviceState::kStopCopy || next == DeviceState::kStop) {
+        PauseWorkload();
       }
     } else {
       switch (next) {
-        case DeviceState::kResuming:
-          if (cur != DeviceState::kStop) return bad();
-          break;
         case DeviceState::kStop:
-          if (cur != DeviceState::kResuming && cur != DeviceState::kError && cur != DeviceState::kRunning) return bad();
           if (cur == DeviceState::kResuming && !state_loaded_) {
             return FailedPrecondition("sim device: leave RESUMING failed: no device state was loaded");
           }
           if (cur == DeviceState::kRunning) PauseWorkload();
           break;
         case DeviceState::kRunning:
-          if (cur != DeviceState::kStop) return bad();
           if (!state_loaded_) return FailedPrecondition("sim device: resume failed: no device state was loaded");
           ResumeWorkload();
           break;
@@ -196,7 +173,7 @@ class SimDeviceImpl final : public SimDevice {
           state_loaded_ = false;
           break;
         default:
-          return bad();
+          break;
       }
     }
     state_ = next;
