@@ -189,3 +189,35 @@ TEST(ProcTracker, WritesThroughAnotherMappingNeedHashing) {
 
 }  // namespace
 }  // namespace gpumigrate::testing
+
+namespace gpumigrate::testing {
+namespace {
+
+// Past 6000 dirty runs sync-wp re-protects the whole region in one call: the
+// next writes must still all be reported, and nothing else.
+TEST(ProcTracker, SyncWpReprotectsManyRunsAtOnce) {
+  InProcessWorkload w(MemKind::kAnon, 64u << 20);
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(gm_shim_start(), 0) << gm_shim_last_error();
+  auto dev = ProcDevice::Connect(ProcSpec{getpid(), ProcTracking::kSyncWp, 0}, ProcRole::kSource);
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  DirtyTracker* t = (*dev)->Tracker();
+  const uint64_t pages = (*dev)->Regions()[0].pages();
+  ASSERT_TRUE(t->Start().ok());
+  for (int pass = 0; pass < 3; ++pass) {
+    const uint64_t step = pass == 1 ? 3 : 2;  // every other page: 8192 runs; then every third
+    ASSERT_EQ(gm_shim_enter(), 0);
+    for (uint64_t p = pass % 2; p < pages; p += step) w.mem()[p * 4096 + 100] = std::byte(pass + 7);
+    gm_shim_leave();
+    DirtyBitmap bm(pages);
+    ASSERT_TRUE(t->Sync(0, bm).ok());
+    uint64_t want = 0, missing = 0;
+    for (uint64_t p = pass % 2; p < pages; p += step, ++want) missing += bm.Test(p) ? 0 : 1;
+    EXPECT_EQ(missing, 0u) << "pass " << pass;
+    EXPECT_EQ(bm.Count(), want) << "pass " << pass;
+  }
+  EXPECT_TRUE(t->Stop().ok());
+}
+
+}  // namespace
+}  // namespace gpumigrate::testing
