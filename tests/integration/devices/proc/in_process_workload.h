@@ -15,9 +15,19 @@
 
 #include <gtest/gtest.h>
 
+#include "engine/devices/proc/trackers.h"
+#include "gpumigrate/proc.h"
 #include "gpumigrate/shim.h"
 
 namespace gpumigrate::testing {
+
+// Why this kernel cannot run a forced tracker, or empty when it can.
+inline std::string KernelLacks(ProcTracking t) {
+  proc::KernelTracking k = proc::ProbeKernelTracking();
+  if (t == ProcTracking::kPagemapScan && !(k.wp_async && k.pagemap_scan)) return k.detail;
+  if (t == ProcTracking::kSyncWp && !k.userfaultfd) return k.detail;
+  return {};
+}
 
 enum class MemKind { kMemfd, kAnon, kThp };
 inline const char* MemKindName(MemKind k) { return k == MemKind::kMemfd ? "memfd" : k == MemKind::kAnon ? "anon" : "thp"; }

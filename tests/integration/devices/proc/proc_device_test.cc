@@ -128,6 +128,7 @@ class ProcMigrationTest : public ::testing::TestWithParam<Case> {};
 // A whole migration with the writers running throughout pre-copy: once both sides
 // are stopped, the destination's memory equals the source's, page for page.
 TEST_P(ProcMigrationTest, DestinationEqualsTheSourceAtStop) {
+  if (std::string why = KernelLacks(GetParam().tracker); !why.empty()) GTEST_SKIP() << why;
   InProcessWorkload w(GetParam().mem, 16u << 20);
   ASSERT_TRUE(w.ok());
   ASSERT_EQ(gm_shim_start(), 0) << gm_shim_last_error();
