@@ -63,7 +63,8 @@ int gm_shim_register(const char* name, void* addr, size_t size, uint32_t hint, u
 /* Called (from the shim's thread, with the workload paused) to save the
  * application's non-memory state: returns a malloc()ed blob in *blob and its
  * length, or a negative errno. `size_hint` is what the blob is expected to weigh
- * (used to predict the stun). */
+ * (used to predict the stun). The callback runs under the shim's lock: it must
+ * not call gm_shim_* functions. */
 typedef long (*gm_shim_save_fn)(void* ctx, void** blob);
 int gm_shim_set_state(gm_shim_save_fn save, void* ctx, size_t size_hint);
 
