@@ -127,13 +127,26 @@ contains "engine killed: self-check" "$tmp/gone.src.out" "self-check at exit: 16
 wait "$rpid"; check "engine killed: receive aborts" 1 $?
 kill "$gdpid" 2>/dev/null
 
-# Resolving commands refuse a workload that is not held.
+# Resolving commands refuse a workload that is not held; estimate observes a
+# live process without disturbing it.
 start_workload idle --size 4MiB --rate 1MB/s
+itpid=$tpid
+timeout 60 "$bin" estimate --device "proc:$wpid" --sample 300ms --warmup 10ms --json >"$tmp/est.json" 2>"$tmp/est.err"
+check "estimate of a live process" 0 $?
+python3 - "$tmp/est.json" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+ok = r["decision"] in ("live-migrate", "drain-and-replace", "cannot-converge") and r["predicted_stun_ms"] >= 0
+print(("ok" if ok else "FAIL") + f": estimate decision {r['decision']}, predicted stun {r['predicted_stun_ms']:.1f} ms")
+sys.exit(0 if ok else 1)
+PY
 "$bin" resume --device "proc:$wpid" >"$tmp/resume.out" 2>&1; check "resume of a running workload" 1 $?
 contains "resume says why" "$tmp/resume.out" "not held"
 "$bin" receive --listen 127.0.0.1:0 --device "proc:$wpid" --insecure-no-tls --accept-timeout 1s >"$tmp/role.out" 2>&1
 check "a running workload is no destination" 2 $?
 contains "role error" "$tmp/role.out" "not a destination waiting to adopt"
 kill "$wpid"
+wait "$itpid"; check "the observed workload ran on intact" 0 $?
+contains "observed workload self-check" "$tmp/idle.out" "self-check at exit: 1024 pages OK"
 
 exit $fail
