@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/crash_hook.h"
 #include "cli/device_open.h"
 #include "cli/estimate_command.h"
 #include "cli/progress.h"
@@ -160,6 +161,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.session_id = ns->session_id;
   o.aes_key = ns->aes_key;
   o.on_progress = [&](const Progress& p) { progress.Update(p); };
+  o.on_phase = WithCrashHook(nullptr);
   MigrationReport r = RunSource(*src, ns->View(), o);
   progress.Finish();
   if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
@@ -226,10 +228,10 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   DestinationOptions o;
   o.aes_key = ns->aes_key;
   o.cancel = &cancel;
-  o.on_phase = [](Phase p, uint32_t round) {
+  o.on_phase = WithCrashHook([](Phase p, uint32_t round) {
     if (p == Phase::kRoundEnd) fmt::print(stderr, "receive: round {} applied\n", round);
     if (p == Phase::kPreparedSent) fmt::print(stderr, "receive: verified and prepared; waiting for commit\n");
-  };
+  });
   MigrationReport r = RunDestination(*dst, ns->View(), o);
   ResumeCheck check;
   int rc = ExitCodeFor(r);

@@ -337,11 +337,16 @@ Status Destination::Prepare(const v1::Prepare& p) {
 }
 
 MigrationReport Destination::Fail(Status st, const std::string& phase, bool tell_peer) {
-  // A stream that broke because the source aborted: report the source's reason.
+  // A stream that broke because the source aborted: report the source's reason;
+  // one that broke with no Abort: say the source closed it, and when.
+  bool closed = false;
   if (st.code() == StatusCode::kUnavailable) {
     if (auto abort = box_.PeerAbort(Clock::now() + std::chrono::seconds(1))) {
       st = Aborted(fmt::format("{} (source aborted in phase {}: {})", st.message(), abort->phase(), abort->reason()));
       tell_peer = false;
+    } else {
+      st = Unavailable(fmt::format("the source closed the connection during {}: {}", phase, st.message()));
+      closed = true;
     }
   }
   if (tell_peer) {
@@ -364,7 +369,7 @@ MigrationReport Destination::Fail(Status st, const std::string& phase, bool tell
     return report_;
   }
   report_.outcome = Outcome::kAborted;
-  report_.status = st.WithContext(fmt::format("migration aborted in {}", phase));
+  report_.status = closed ? st : st.WithContext(fmt::format("migration aborted in {}", phase));
   report_.verified = false;
   if (!resuming_) {
     // Failed before the device took any data (handshake): nothing to discard.

@@ -102,6 +102,7 @@ class Source {
     streams_.control->Close();
     for (Stream* s : streams_.data) s->Close();
   }
+  Status Explain(Status st, const std::string& phase);
   MigrationReport Fail(Status st, const std::string& phase);
   MigrationReport InDoubt(Status st, const std::string& phase);
   MigrationReport FinishProbe(const PolicyResult& decision);
@@ -349,18 +350,29 @@ Status Source::VerifyFull() {
   return Status::Ok();
 }
 
-MigrationReport Source::Fail(Status st, const std::string& phase) {
-  // When the destination aborted, its reason is the one that matters: use it
-  // alone when it came first, and add it when our own failure came first.
+// Why the migration failed, in the words a user needs. When the destination
+// aborted, its reason is the one that matters: alone when its Abort came first,
+// ahead of our own error when a broken connection came first (the peer sends
+// Abort before it closes its streams, so the broken stream is usually its echo).
+// A connection that broke with no Abort says the destination closed it, and when.
+Status Source::Explain(Status st, const std::string& phase) {
   const bool peer_first = peer_aborted_.load();
   if (peer_first || st.code() == StatusCode::kUnavailable) {
     if (auto abort = box_.PeerAbort(Clock::now() + std::chrono::seconds(1))) {
       std::string peer = fmt::format("destination aborted in phase {}: {}", abort->phase(), abort->reason());
-      if (st.message().find(peer) == std::string::npos) {
-        st = peer_first ? Aborted(peer) : Status(st.code(), fmt::format("{} ({})", st.message(), peer));
-      }
+      if (peer_first) return Aborted(peer).WithContext(fmt::format("migration aborted in {}", phase));
+      return Aborted(fmt::format("the destination closed the connection during {}: {} (here: {})", phase, peer,
+                                 st.message()));
     }
   }
+  if (st.code() == StatusCode::kUnavailable) {
+    return Unavailable(fmt::format("the destination closed the connection during {}: {}", phase, st.message()));
+  }
+  return st.WithContext(fmt::format("migration aborted in {}", phase));
+}
+
+MigrationReport Source::Fail(Status st, const std::string& phase) {
+  st = Explain(std::move(st), phase);
   v1::Envelope abort;
   abort.mutable_abort()->set_reason(st.message());
   abort.mutable_abort()->set_phase(phase);
@@ -370,7 +382,7 @@ MigrationReport Source::Fail(Status st, const std::string& phase) {
   report_.outcome = Outcome::kAborted;
   report_.failed_phase = phase;
   report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
-  report_.status = st.WithContext(fmt::format("migration aborted in {}", phase));
+  report_.status = st;
   DeviceState s = dev_.State();
   if (s == DeviceState::kPreCopy || s == DeviceState::kStopCopy || s == DeviceState::kStop) {
     Status back = dev_.SetState(DeviceState::kRunning);
@@ -414,6 +426,9 @@ MigrationReport Source::FinishProbe(const PolicyResult& decision) {
 }
 
 MigrationReport Source::InDoubt(Status st, const std::string& phase) {
+  if (st.code() == StatusCode::kUnavailable) {
+    st = Unavailable(fmt::format("the destination closed the connection during {}: {}", phase, st.message()));
+  }
   CloseAll();
   if (tracking_) (void)tracker_->Stop();
   if (dev_.State() != DeviceState::kStop) (void)dev_.SetState(DeviceState::kStop);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstring>
 #include <cctype>
 #include <fstream>
@@ -94,6 +95,49 @@ int ServerPskCb(SSL* ssl, const unsigned char* id, size_t idlen, SSL_SESSION** s
   return *sess != nullptr ? 1 : 0;
 }
 
+// A socket BIO whose writes never raise SIGPIPE. OpenSSL's own socket BIO writes
+// with write(2): a peer that closed first would kill the whole process (SIGPIPE)
+// instead of failing the write with EPIPE. Reads and controls are the stock
+// socket BIO's; only the write differs (send with MSG_NOSIGNAL).
+int NoSigpipeWrite(BIO* b, const char* buf, int len) {
+  int fd = -1;
+  BIO_get_fd(b, &fd);
+  errno = 0;
+  ssize_t n = ::send(fd, buf, static_cast<size_t>(len), MSG_NOSIGNAL);
+  BIO_clear_retry_flags(b);
+  if (n <= 0 && BIO_sock_should_retry(static_cast<int>(n))) BIO_set_retry_write(b);
+  return static_cast<int>(n);
+}
+
+int NoSigpipePuts(BIO* b, const char* str) { return NoSigpipeWrite(b, str, static_cast<int>(std::strlen(str))); }
+
+const BIO_METHOD* NoSigpipeSocketMethod() {
+  static const BIO_METHOD* method = [] {
+    const BIO_METHOD* base = BIO_s_socket();
+    BIO_METHOD* m = BIO_meth_new(BIO_TYPE_SOCKET, "socket (MSG_NOSIGNAL)");
+    if (m == nullptr) return static_cast<BIO_METHOD*>(nullptr);
+    BIO_meth_set_write(m, NoSigpipeWrite);
+    BIO_meth_set_puts(m, NoSigpipePuts);
+    BIO_meth_set_read(m, BIO_meth_get_read(base));
+    BIO_meth_set_ctrl(m, BIO_meth_get_ctrl(base));
+    BIO_meth_set_create(m, BIO_meth_get_create(base));
+    BIO_meth_set_destroy(m, BIO_meth_get_destroy(base));
+    return m;
+  }();
+  return method;
+}
+
+// Binds `ssl` to `fd` through the no-SIGPIPE BIO (the SSL takes the BIO, not the fd).
+bool SetNoSigpipeFd(SSL* ssl, int fd) {
+  const BIO_METHOD* m = NoSigpipeSocketMethod();
+  if (m == nullptr) return false;
+  BIO* bio = BIO_new(m);
+  if (bio == nullptr) return false;
+  BIO_set_fd(bio, fd, BIO_NOCLOSE);
+  SSL_set_bio(ssl, bio, bio);
+  return true;
+}
+
 class TlsStreamImpl final : public TlsStream {
  public:
   TlsStreamImpl(int fd, SSL_CTX* ctx, SSL* ssl, std::unique_ptr<PskState> psk, std::string name)
@@ -111,16 +155,21 @@ class TlsStreamImpl final : public TlsStream {
     while (done < data.size()) {
       if (closed_.load()) return Unavailable(fmt::format("{}: write failed: stream closed", name_));
       size_t n = 0;
-      int err;
+      int err, saved_errno = 0;
       {
         std::lock_guard lk(mu_);
         int ok = SSL_write_ex(ssl_, data.data() + done, data.size() - done, &n);
+        saved_errno = errno;
         err = ok ? SSL_ERROR_NONE : SSL_get_error(ssl_, 0);
       }
       if (err == SSL_ERROR_NONE) {
         done += n;
       } else if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
         Wait(err == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT);
+      } else if (err == SSL_ERROR_SYSCALL && saved_errno != 0 && ERR_peek_error() == 0) {
+        // The socket failed under TLS: EPIPE/ECONNRESET when the peer closed first.
+        return Status::FromErrno(saved_errno,
+                                 fmt::format("{}: write failed after {} of {} bytes", name_, done, data.size()));
       } else {
         return Unavailable(fmt::format("{}: write failed after {} of {} bytes: {}", name_, done, data.size(),
                                        OpenSslErrors()));
@@ -227,7 +276,10 @@ Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool 
   }
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) return fail("new connection");
-  SSL_set_fd(ssl, fd);
+  if (!SetNoSigpipeFd(ssl, fd)) {
+    SSL_free(ssl);
+    return fail("socket BIO");
+  }
   if (psk) {
     SSL_set_ex_data(ssl, 0, psk.get());
     if (server) {
@@ -249,11 +301,33 @@ Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool 
   timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  int rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
+  // A blocking call with a socket timeout returns EINTR (not a restart) when
+  // io_uring task work or a signal interrupts it: try again until the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int rc, err, saved_errno;
+  while (true) {
+    errno = 0;
+    rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
+    saved_errno = errno;
+    err = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl, rc);
+    const bool again = err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE;
+    if (!(again && saved_errno == EINTR && std::chrono::steady_clock::now() < deadline)) break;
+  }
   if (rc != 1) {
     long verify = SSL_get_verify_result(ssl);
-    std::string why = OpenSslErrors();
-    if (verify != X509_V_OK) why += fmt::format(" (peer certificate: {})", X509_verify_cert_error_string(verify));
+    std::string why;
+    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+      why = fmt::format("no answer within {} ms", timeout.count());
+    } else if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+      // The socket, not TLS, failed: the peer closed mid-handshake.
+      why = saved_errno != 0 ? fmt::format("{} (errno {})", std::strerror(saved_errno), saved_errno)
+                             : std::string("the peer closed the connection during the handshake");
+    } else {
+      why = OpenSslErrors();
+      if (verify != X509_V_OK && !cfg.uses_psk()) {
+        why += fmt::format(" (peer certificate: {})", X509_verify_cert_error_string(verify));
+      }
+    }
     SSL_free(ssl);
     SSL_CTX_free(ctx);
     ::close(fd);
