@@ -164,14 +164,10 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.on_phase = WithCrashHook(nullptr);
   MigrationReport r = RunSource(*src, ns->View(), o);
   progress.Finish();
-  if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
-    // The destination runs the workload now: this copy must not run on.
-    if (Status st = opened->proc->Release(); !st.ok()) {
-      fmt::print(stderr, "gpumigrate migrate: releasing the source process failed: {} (it stays paused)\n",
-                 st.message());
-    } else {
-      progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
-    }
+  if (!r.source_cleanup.ok()) {
+    fmt::print(stderr, "gpumigrate migrate: after the migration: {}\n", r.source_cleanup.message());
+  } else if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
+    progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
   }
   if (estimate) {
     if (f.json) {

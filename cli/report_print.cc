@@ -53,7 +53,7 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     fmt::print(out, "  stun:       {:.1f} ms", r.stun_ms);
     if (r.predicted_stun_ms >= 0) fmt::print(out, " (predicted {:.1f} ms)", r.predicted_stun_ms);
     fmt::print(out, "\n");
-    for (const auto& [k, v] : r.stun_breakdown_ms) fmt::print(out, "    {:<16} {:>9.2f} ms\n", k, v);
+    for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) fmt::print(out, "    {:<16} {:>9.2f} ms\n", k, v);
   }
 }
 

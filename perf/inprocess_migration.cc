@@ -23,41 +23,41 @@
 #include "gpumigrate/sim.h"
 
 using namespace gpumigrate;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-double Seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double Seconds(SteadyClock::time_point a, SteadyClock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
 void Emit(const nlohmann::ordered_json& j) { fmt::print("{}\n", j.dump()); }
 
 double MeasureMemcpy(size_t bytes, int reps) {
   std::vector<std::byte> a(bytes, std::byte{1}), b(bytes, std::byte{2});
   std::memcpy(b.data(), a.data(), bytes);  // touch both
-  auto t = Clock::now();
+  auto t = SteadyClock::now();
   for (int i = 0; i < reps; ++i) {
     std::memcpy(i % 2 ? a.data() : b.data(), i % 2 ? b.data() : a.data(), bytes);
   }
-  return static_cast<double>(bytes) * reps / Seconds(t, Clock::now());
+  return static_cast<double>(bytes) * reps / Seconds(t, SteadyClock::now());
 }
 
 double MeasurePipe(size_t total, size_t chunk) {
   auto [a, b] = MakePipe("bench", 8 << 20);
   std::vector<std::byte> src(chunk, std::byte{3}), dst(chunk);
-  auto t = Clock::now();
+  auto t = SteadyClock::now();
   std::thread writer([&] {
     for (size_t done = 0; done < total; done += chunk) (void)a->WriteAll(src);
   });
   for (size_t done = 0; done < total; done += chunk) (void)b->ReadExact(dst);
   writer.join();
-  return static_cast<double>(total) / Seconds(t, Clock::now());
+  return static_cast<double>(total) / Seconds(t, SteadyClock::now());
 }
 
 double MeasureSourceRead(SimDevice& dev) {
   std::vector<std::byte> buf(1 << 20);
   (void)dev.Read(0, 0, buf);  // builds the generator's tables outside the timing
   uint64_t bytes = 0;
-  auto t = Clock::now();
+  auto t = SteadyClock::now();
   for (const auto& r : dev.Regions()) {
     if (r.hint != RegionHint::kStatic) continue;
     for (uint64_t off = 0; off + buf.size() <= r.size_bytes && bytes < (uint64_t{512} << 20); off += buf.size()) {
@@ -65,7 +65,7 @@ double MeasureSourceRead(SimDevice& dev) {
       bytes += buf.size();
     }
   }
-  return static_cast<double>(bytes) / Seconds(t, Clock::now());
+  return static_cast<double>(bytes) / Seconds(t, SteadyClock::now());
 }
 
 }  // namespace
@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     // The stun can be no shorter than moving the final bytes at the bandwidth measured in pre-copy.
     double floor_ms = static_cast<double>(fin.bytes) / r.bandwidth_bytes_per_s * 1e3;
     nlohmann::ordered_json bd;
-    for (const auto& [k, v] : r.stun_breakdown_ms) bd[k] = v;
+    for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) bd[std::string(k)] = v;
     Emit({{"benchmark", "stun"},
           {"stun_ms", r.stun_ms},
           {"floor_ms", floor_ms},

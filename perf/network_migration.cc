@@ -22,7 +22,7 @@
 #include "gpumigrate/units.h"
 
 using namespace gpumigrate;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
@@ -57,7 +57,7 @@ class NoiseDevice final : public Device, public DirtyTracker {
   }
   Result<std::vector<std::byte>> SaveState() override { return std::vector<std::byte>(16); }
   Status LoadState(std::span<const std::byte>) override { return Status::Ok(); }
-  PendingBytes Pending() const override { return {0, 0, 16}; }
+  PendingBytes PendingEstimate() const override { return {16}; }
   DirtyTracker* Tracker() override { return this; }
   std::string Name() const override { return "none"; }
   Status Start() override { return Status::Ok(); }
@@ -81,7 +81,7 @@ double RawTcp(uint64_t bytes, uint32_t streams) {
   socklen_t len = sizeof a;
   getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
   std::vector<std::thread> threads;
-  auto t0 = Clock::now();
+  auto t0 = SteadyClock::now();
   for (uint32_t s = 0; s < streams; ++s) {
     threads.emplace_back([&, s] {
       int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -99,7 +99,7 @@ double RawTcp(uint64_t bytes, uint32_t streams) {
     });
   }
   for (auto& t : threads) t.join();
-  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  double secs = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   close(lfd);
   return static_cast<double>(bytes) / secs;
 }

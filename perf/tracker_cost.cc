@@ -26,11 +26,11 @@
 #include "gpumigrate/units.h"
 
 using namespace gpumigrate;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -96,11 +96,11 @@ int main(int argc, char** argv) {
     std::memset(dst.data(), 0, size);  // touch it: fresh memory costs far more than the copy
     uint64_t sink = 0;
     for (int i = 0; i < reps; ++i) {
-      auto t0 = Clock::now();
+      auto t0 = SteadyClock::now();
       for (uint64_t p = 0; p < pages; ++p) sink ^= XXH3_64bits(reg.mem + p * page, page);
-      auto t1 = Clock::now();
+      auto t1 = SteadyClock::now();
       std::memcpy(dst.data(), reg.mem, size);
-      auto t2 = Clock::now();
+      auto t2 = SteadyClock::now();
       hash_ms.push_back(Ms(t1 - t0));
       copy_ms.push_back(Ms(t2 - t1));
     }
@@ -123,12 +123,12 @@ int main(int argc, char** argv) {
         return 1;
       }
       DirtyTracker* tr = (*dev)->Tracker();
-      auto t0 = Clock::now();
+      auto t0 = SteadyClock::now();
       if (Status st = tr->Start(); !st.ok()) {
         fmt::print(stderr, "tracker_cost: start: {}\n", st.message());
         return 1;
       }
-      double start_ms = Ms(Clock::now() - t0);
+      double start_ms = Ms(SteadyClock::now() - t0);
       std::mt19937_64 rng(42);
       for (double frac : {0.0, 0.001, 0.01, 0.1}) {
         const uint64_t n = static_cast<uint64_t>(static_cast<double>(pages) * frac);
@@ -139,19 +139,19 @@ int main(int argc, char** argv) {
           std::vector<uint64_t> which(n);
           uint64_t start = rng() % pages, stride = (pages / std::max<uint64_t>(n, 1)) | 1;
           for (uint64_t k = 0; k < n; ++k) which[k] = (start + k * stride) % pages;
-          auto w0 = Clock::now();
+          auto w0 = SteadyClock::now();
           stamp = static_cast<uint8_t>(stamp % 250 + 1);
           (void)gm_shim_enter();
           for (uint64_t p : which) reg.mem[p * page + 8] = static_cast<std::byte>(stamp);
           gm_shim_leave();
-          auto w1 = Clock::now();
+          auto w1 = SteadyClock::now();
           DirtyBitmap bm(pages);
-          auto s0 = Clock::now();
+          auto s0 = SteadyClock::now();
           if (Status st = tr->Sync(0, bm); !st.ok()) {
             fmt::print(stderr, "tracker_cost: sync: {}\n", st.message());
             return 1;
           }
-          sync_ms.push_back(Ms(Clock::now() - s0));
+          sync_ms.push_back(Ms(SteadyClock::now() - s0));
           if (n > 0) write_us.push_back(Ms(w1 - w0) * 1e3 / static_cast<double>(n));
           std::sort(which.begin(), which.end());
           which.erase(std::unique(which.begin(), which.end()), which.end());

@@ -52,11 +52,7 @@ Result<Calibration> MeasureCalibration() {
     if (res.source.outcome != Outcome::kCompleted) {
       return res.source.status.WithContext("calibration: test migration failed");
     }
-    double data_ms = 0;
-    for (const auto& [k, v] : res.source.stun_breakdown_ms) {
-      if (k == "final_data") data_ms = v;
-    }
-    fixed.push_back(res.source.stun_ms - data_ms);
+    fixed.push_back(res.source.stun_ms - res.source.stun_breakdown_ms.final_data_ms.value_or(0));
     const RoundReport& r0 = res.source.rounds.front();
     bw.push_back(static_cast<double>(r0.bytes) / (r0.ms / 1e3));
   }

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/session/switchover_policy.h"
+#include "gpumigrate/switchover.h"
 #include "gpumigrate/estimator.h"
 #include "gpumigrate/units.h"
 

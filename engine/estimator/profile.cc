@@ -45,7 +45,8 @@ Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Cl
   const auto& regions = device.Regions();
   DeviceProfile prof;
   prof.device = device.Describe();
-  prof.device_state_bytes = device.Pending().stop_copy_bytes;
+  GM_ASSIGN_OR_RETURN(PendingBytes pending, device.PendingExact());
+  prof.device_state_bytes = pending.stop_copy_bytes;
 
   // Non-zero fraction from evenly spread pages.
   for (const RegionInfo& r : regions) {

@@ -6,11 +6,12 @@
 
 namespace gpumigrate {
 
-FrameSender::FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s)
+FrameSender::FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s,
+                         Clock& clock)
     : protector_(MakeFrameProtector(keys)),
       frames_(streams.size(), 0),
       stream_bytes_(streams.size(), 0),
-      limiter_(rate_limit_bytes_per_s),
+      limiter_(rate_limit_bytes_per_s, clock),
       lanes_(streams.size()) {
   for (size_t i = 0; i < streams.size(); ++i) lanes_[i].stream = streams[i];
   for (size_t i = 0; i < streams.size(); ++i) lanes_[i].thread = std::thread([this, i] { Run(i); });

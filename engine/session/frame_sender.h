@@ -31,7 +31,8 @@ class FrameSender {
  public:
   static constexpr size_t kLaneBudgetBytes = 4 << 20;
 
-  FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s);
+  // `clock` (for the rate cap) is borrowed and must outlive the sender.
+  FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s, Clock& clock);
   ~FrameSender();
 
   Status Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset, uint32_t raw_length,

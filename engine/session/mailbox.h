@@ -13,6 +13,7 @@
 #include <optional>
 #include <thread>
 
+#include "gpumigrate/clock.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
 #include "transport/wire/control_channel.h"
@@ -21,7 +22,8 @@ namespace gpumigrate {
 
 class Mailbox {
  public:
-  using Clock = std::chrono::steady_clock;
+  // Deadlines are on `clock` (borrowed; outlives the mailbox).
+  explicit Mailbox(Clock& clock) : clock_(clock) {}
 
   void Post(wire::v1::Envelope env) {
     std::lock_guard lk(mu_);
@@ -51,14 +53,14 @@ class Mailbox {
   // After a local failure: the peer's Abort if one is queued or arrives before
   // the reader stops or `deadline` passes. A peer that aborts sends Abort before
   // it closes its streams, so a broken stream is often only the echo of it.
-  std::optional<wire::v1::Abort> PeerAbort(Clock::time_point deadline) {
+  std::optional<wire::v1::Abort> PeerAbort(Clock::TimePoint deadline) {
     std::unique_lock lk(mu_);
     while (true) {
       for (const auto& env : queue_) {
         if (env.has_abort()) return env.abort();
       }
-      if (reader_done_ || Clock::now() >= deadline) return std::nullopt;
-      cv_.wait_until(lk, std::min(deadline, Clock::now() + std::chrono::milliseconds(20)));
+      if (reader_done_ || clock_.Now() >= deadline) return std::nullopt;
+      WaitALittle(lk, deadline);
     }
   }
 
@@ -70,7 +72,7 @@ class Mailbox {
 
   // Next message, or the recorded failure, or kDeadlineExceeded, or kAborted when
   // `cancel` becomes true.
-  Result<wire::v1::Envelope> Next(Clock::time_point deadline, const std::atomic<bool>* cancel,
+  Result<wire::v1::Envelope> Next(Clock::TimePoint deadline, const std::atomic<bool>* cancel,
                                   const char* waiting_for) {
     std::unique_lock lk(mu_);
     while (true) {
@@ -79,34 +81,43 @@ class Mailbox {
         queue_.pop_front();
         return env;
       }
-      if (!failure_.ok()) return failure_;
-      if (cancel && cancel->load()) return Aborted(std::string("cancelled while waiting for ") + waiting_for);
-      auto now = Clock::now();
-      if (now >= deadline) {
-        return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + waiting_for);
-      }
-      cv_.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(50)));
+      GM_RETURN_IF_ERROR(Stopped(deadline, cancel, waiting_for));
+      WaitALittle(lk, deadline);
     }
   }
 
   // Waits until pred() holds (checked under no lock of ours), a failure is
   // recorded, the deadline passes or `cancel` is set.
-  Status WaitFor(const std::function<bool()>& pred, Clock::time_point deadline, const std::atomic<bool>* cancel,
+  Status WaitFor(const std::function<bool()>& pred, Clock::TimePoint deadline, const std::atomic<bool>* cancel,
                  const char* waiting_for) {
     std::unique_lock lk(mu_);
     while (!pred()) {
-      if (!failure_.ok()) return failure_;
-      if (cancel && cancel->load()) return Aborted(std::string("cancelled while waiting for ") + waiting_for);
-      auto now = Clock::now();
-      if (now >= deadline) {
-        return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + waiting_for);
-      }
-      cv_.wait_until(lk, std::min(deadline, now + std::chrono::milliseconds(20)));
+      GM_RETURN_IF_ERROR(Stopped(deadline, cancel, waiting_for));
+      WaitALittle(lk, deadline);
     }
     return Status::Ok();
   }
 
+  Clock& clock() { return clock_; }
+
  private:
+  // Why a wait must end now (a failure, cancel, the deadline), or Ok. Under mu_.
+  Status Stopped(Clock::TimePoint deadline, const std::atomic<bool>* cancel, const char* waiting_for) const {
+    if (!failure_.ok()) return failure_;
+    if (cancel && cancel->load()) return Aborted(std::string("cancelled while waiting for ") + waiting_for);
+    if (clock_.Now() >= deadline) {
+      return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + waiting_for);
+    }
+    return Status::Ok();
+  }
+  // Sleeps until notified, the deadline, or kPollInterval of real time: the
+  // clock may be a fake one that another thread moves.
+  void WaitALittle(std::unique_lock<std::mutex>& lk, Clock::TimePoint deadline) {
+    auto left = deadline - clock_.Now();
+    cv_.wait_for(lk, std::min<Clock::Duration>(std::max<Clock::Duration>(left, Clock::Duration(0)), kPollInterval));
+  }
+
+  Clock& clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<wire::v1::Envelope> queue_;

@@ -1,18 +1,24 @@
 // Token bucket that caps a sender's rate (emulates a slower link). Acquire()
-// sleeps until `bytes` may go; bursts are capped at `burst_bytes`.
+// sleeps (on the clock) until `bytes` may go; bursts are capped at
+// `burst_bytes`. One thread.
 #pragma once
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
+
+#include "gpumigrate/clock.h"
 
 namespace gpumigrate {
 
 class RateLimiter {
  public:
-  using Clock = std::chrono::steady_clock;
-  explicit RateLimiter(double bytes_per_s, double burst_bytes = 4 << 20)
-      : rate_(bytes_per_s), burst_(std::max(burst_bytes, bytes_per_s * 0.01)), tokens_(burst_), last_(Clock::now()) {}
+  // `clock` is borrowed and must outlive the limiter.
+  RateLimiter(double bytes_per_s, Clock& clock, double burst_bytes = 4 << 20)
+      : clock_(clock),
+        rate_(bytes_per_s),
+        burst_(std::max(burst_bytes, bytes_per_s * 0.01)),
+        tokens_(burst_),
+        last_(clock.Now()) {}
 
   bool enabled() const { return rate_ > 0; }
 
@@ -21,21 +27,23 @@ class RateLimiter {
     Refill();
     tokens_ -= bytes;
     if (tokens_ < 0) {
-      std::this_thread::sleep_for(std::chrono::duration<double>(-tokens_ / rate_));
+      clock_.SleepUntil(clock_.Now() + std::chrono::duration_cast<Clock::Duration>(
+                                             std::chrono::duration<double>(-tokens_ / rate_)));
       Refill();
     }
   }
 
  private:
   void Refill() {
-    auto now = Clock::now();
+    auto now = clock_.Now();
     tokens_ = std::min(burst_, tokens_ + std::chrono::duration<double>(now - last_).count() * rate_);
     last_ = now;
   }
+  Clock& clock_;
   double rate_;
   double burst_;
   double tokens_;
-  Clock::time_point last_;
+  Clock::TimePoint last_;
 };
 
 }  // namespace gpumigrate

@@ -1,5 +1,6 @@
 #include <cmath>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "gpumigrate/report.h"
@@ -33,6 +34,38 @@ std::string_view PhaseName(Phase p) {
   return "unknown";
 }
 
+std::string StepName(StepAt s) {
+  switch (s.step) {
+    case Step::kNone: return "";
+    case Step::kConnect: return "connect";
+    case Step::kHandshake: return "handshake";
+    case Step::kPreCopy: return fmt::format("pre-copy round {}", s.round);
+    case Step::kStopDevice: return "switchover: stop device";
+    case Step::kFinalSync: return "switchover: final sync";
+    case Step::kFinalData: return "switchover: final data";
+    case Step::kDeviceState: return "switchover: device state";
+    case Step::kVerifyFull: return "switchover: verify full";
+    case Step::kPrepare: return "switchover: prepare";
+    case Step::kCommit: return "commit";
+  }
+  return "";
+}
+
+bool IsSwitchoverStep(Step s) { return s >= Step::kStopDevice && s <= Step::kPrepare; }
+
+std::vector<std::pair<std::string_view, double>> StunBreakdown::Phases() const {
+  std::vector<std::pair<std::string_view, double>> out;
+  const std::pair<std::string_view, const std::optional<double>*> all[] = {
+      {"stop_device", &stop_device_ms},   {"final_sync", &final_sync_ms},
+      {"final_data", &final_data_ms},     {"device_state", &device_state_ms},
+      {"verify_full", &verify_full_ms},   {"prepare_verify", &prepare_verify_ms},
+      {"commit_resume", &commit_resume_ms}};
+  for (const auto& [name, v] : all) {
+    if (v->has_value()) out.emplace_back(name, **v);
+  }
+  return out;
+}
+
 namespace {
 double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
 }  // namespace
@@ -44,7 +77,7 @@ std::string ReportToJson(const MigrationReport& r) {
   j["verify_full"] = r.verify_full;
   j["stun_ms"] = Round3(r.stun_ms);
   nlohmann::ordered_json bd = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : r.stun_breakdown_ms) bd[k] = Round3(v);
+  for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) bd[std::string(k)] = Round3(v);
   j["stun_breakdown_ms"] = bd;
   j["total_ms"] = Round3(r.total_ms);
   j["bytes_sent"] = r.bytes_sent;
@@ -95,8 +128,9 @@ std::string ReportToJson(const MigrationReport& r) {
   j["device_bytes"] = r.device_bytes;
   if (!r.status.ok()) {
     j["error"] = r.status.message();
-    j["failed_phase"] = r.failed_phase;
+    j["failed_phase"] = StepName(r.failed_phase);
   }
+  if (!r.source_cleanup.ok()) j["cleanup_error"] = r.source_cleanup.message();
   if (!r.resolution.empty()) j["resolution"] = r.resolution;
   return j.dump();
 }

@@ -1,5 +1,15 @@
-// The source side of a migration: handshake, pre-copy rounds, the switchover
-// decision, switchover, and the rollback and in-doubt rules of DESIGN.md.
+// The source side of a migration, in three steps and one teardown:
+//
+//   Start        handshake, device SaveSetup hook, RUNNING -> PRE_COPY, tracking on
+//   PreCopy      rounds until the switchover rule (gpumigrate/switchover.h) decides
+//   Switchover   STOP_COPY, final sync, final data, device state, STOP, Prepare ->
+//                Prepared                      (the stun starts here)
+//   Commit       Commit -> Running             (the stun ends here)
+//   Teardown     one exit for every outcome: completed, rolled back (anything
+//                before Prepared, the probe's deliberate stop) or in doubt (after
+//                Commit was sent), then the device's SaveCleanup hook, outside the stun
+//
+// The rollback and in-doubt rules are DESIGN.md's.
 #include <algorithm>
 #include <cstring>
 #include <random>
@@ -9,21 +19,17 @@
 #include "engine/session/frame_sender.h"
 #include "engine/session/mailbox.h"
 #include "engine/session/page_hashes.h"
-#include "engine/session/switchover_policy.h"
+#include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/dirty_tracker.h"
 #include "gpumigrate/session.h"
+#include "gpumigrate/switchover.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 namespace v1 = wire::v1;
-
-double MsBetween(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 bool IsZero(std::span<const std::byte> bytes) {
   const std::byte* p = bytes.data();
@@ -62,7 +68,8 @@ double MeasuredBandwidth(const std::vector<RoundReport>& rounds) {
 class Source {
  public:
   Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
-      : dev_(dev), streams_(streams), opt_(opt), regions_(dev.Regions()), hashes_(regions_) {
+      : dev_(dev), streams_(streams), opt_(opt), clock_(opt.clock ? *opt.clock : SystemClock()),
+        regions_(dev.Regions()), hashes_(regions_), box_(clock_), t0_(clock_.Now()) {
     session_id_ = opt.session_id;
     if (session_id_ == 0) {
       std::random_device rd;
@@ -85,6 +92,18 @@ class Source {
   MigrationReport Run();
 
  private:
+  Status CheckReady();
+  Status Start();
+  Status PreCopy();
+  Status RunRound(uint32_t round);
+  Result<PolicyResult> Decide(const std::vector<uint64_t>& dirty_history, uint32_t rounds_done);
+  Status Switchover();
+  Status Commit();
+  v1::Envelope PrepareMessage(uint64_t state_bytes);
+  MigrationReport Teardown(Outcome outcome, Status st);
+  void RollBack(Status st);
+  void Statistics();
+
   Status Handshake();
   Status ChooseCodecs(const wire::v1::Hello& peer);
   Status SendSet(uint32_t round, bool skip_zero, RoundReport& rr);
@@ -93,23 +112,32 @@ class Source {
   Status VerifyFull();
   Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what);
   Status Interrupted();
-  void Phase(gpumigrate::Phase p, uint32_t round) {
+  Status Explain(Status st);
+  void EnterPhase(Phase p, uint32_t round) {
     if (opt_.on_phase) opt_.on_phase(p, round);
   }
-  void ReportProgress(gpumigrate::Phase p, uint32_t round, uint64_t total, uint64_t done, bool force);
+  void ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t done, bool force);
   void CloseAll() {
     if (reader_) reader_->StopQuietly();
     streams_.control->Close();
     for (Stream* s : streams_.data) s->Close();
   }
-  Status Explain(Status st, const std::string& phase);
-  MigrationReport Fail(Status st, const std::string& phase);
-  MigrationReport InDoubt(Status st, const std::string& phase);
-  MigrationReport FinishProbe(const PolicyResult& decision);
+  // Times one stun phase: runs `step` and adds to `slot` the time since the
+  // previous phase ended, so the phases tile the stun with no gap.
+  template <typename F>
+  Status TimePhase(Step at, std::optional<double>& slot, F&& step) {
+    at_ = {at};
+    Status st = step();
+    auto now = clock_.Now();
+    slot = slot.value_or(0) + MsBetween(phase_end_, now);
+    phase_end_ = now;
+    return st;
+  }
 
   Device& dev_;
   SessionStreams streams_;
   const SourceOptions& opt_;
+  Clock& clock_;
   std::vector<RegionInfo> regions_;
   std::vector<size_t> order_;
   std::vector<DirtyBitmap> sets_;  // pages to send next, per region
@@ -121,9 +149,14 @@ class Source {
   std::atomic<bool> peer_aborted_{false};
   DirtyTracker* tracker_ = nullptr;
   bool tracking_ = false;
+  StepAt at_;                 // where the migration stands: a failure is reported here
+  PolicyResult decision_;     // the switchover rule's last answer
+  uint32_t final_round_ = 0;
   MigrationReport report_;
-  Clock::time_point t0_ = Clock::now();
-  Clock::time_point last_progress_{};
+  Clock::TimePoint t0_;
+  Clock::TimePoint t_stun_{};     // the device stopped: the stun began
+  Clock::TimePoint phase_end_{};  // the last stun phase ended
+  Clock::TimePoint last_progress_{};
   std::vector<std::byte> buf_;
   std::vector<CodecKind> codec_;  // per region
   FrameEncoder encoder_;
@@ -181,7 +214,7 @@ Status Source::Interrupted() {
 }
 
 Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what) {
-  GM_ASSIGN_OR_RETURN(v1::Envelope env, box_.Next(Clock::now() + opt_.peer_timeout, opt_.cancel, what));
+  GM_ASSIGN_OR_RETURN(v1::Envelope env, box_.Next(clock_.Now() + opt_.peer_timeout, opt_.cancel, what));
   if (env.has_abort()) {
     return Aborted(fmt::format("destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
   }
@@ -192,10 +225,7 @@ Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what)
 }
 
 Status Source::Handshake() {
-  v1::Envelope hello;
-  hello.mutable_hello()->set_protocol_version(wire::kProtocolVersion);
-  hello.mutable_hello()->set_product_version(GPUMIGRATE_VERSION);
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, hello));
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, {})));
   GM_ASSIGN_OR_RETURN(v1::Envelope peer, Await(v1::Envelope::kHello, "Hello"));
   GM_RETURN_IF_ERROR(wire::CheckHello(peer.hello()));
   GM_RETURN_IF_ERROR(ChooseCodecs(peer.hello()));
@@ -221,9 +251,9 @@ Status Source::Handshake() {
   return Status::Ok();
 }
 
-void Source::ReportProgress(gpumigrate::Phase p, uint32_t round, uint64_t total, uint64_t done, bool force) {
+void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t done, bool force) {
   if (!opt_.on_progress) return;
-  auto now = Clock::now();
+  auto now = clock_.Now();
   if (!force && now - last_progress_ < std::chrono::milliseconds(100)) return;
   last_progress_ = now;
   Progress pr;
@@ -232,7 +262,7 @@ void Source::ReportProgress(gpumigrate::Phase p, uint32_t round, uint64_t total,
   pr.round_bytes_total = total;
   pr.round_bytes_done = done;
   pr.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
-  pr.elapsed_s = std::chrono::duration<double>(now - t0_).count();
+  pr.elapsed_s = MsBetween(t0_, now) / 1e3;
   opt_.on_progress(pr);
 }
 
@@ -244,7 +274,7 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
   rr.dirty_bytes = total;
   uint64_t done = 0;
   uint64_t sent_before = sender_->bytes_sent();
-  const gpumigrate::Phase phase = rr.final ? gpumigrate::Phase::kSwitchover : gpumigrate::Phase::kRoundStart;
+  const Phase phase = rr.final ? Phase::kSwitchover : Phase::kRoundStart;
   for (size_t i : order_) {
     const RegionInfo& r = regions_[i];
     DirtyBitmap& set = sets_[i];
@@ -355,226 +385,260 @@ Status Source::VerifyFull() {
 // ahead of our own error when a broken connection came first (the peer sends
 // Abort before it closes its streams, so the broken stream is usually its echo).
 // A connection that broke with no Abort says the destination closed it, and when.
-Status Source::Explain(Status st, const std::string& phase) {
+Status Source::Explain(Status st) {
+  const std::string step = StepName(at_);
   const bool peer_first = peer_aborted_.load();
   if (peer_first || st.code() == StatusCode::kUnavailable) {
-    if (auto abort = box_.PeerAbort(Clock::now() + std::chrono::seconds(1))) {
+    if (auto abort = box_.PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
       std::string peer = fmt::format("destination aborted in phase {}: {}", abort->phase(), abort->reason());
-      if (peer_first) return Aborted(peer).WithContext(fmt::format("migration aborted in {}", phase));
-      return Aborted(fmt::format("the destination closed the connection during {}: {} (here: {})", phase, peer,
+      if (peer_first) return Aborted(peer).WithContext(fmt::format("migration aborted in {}", step));
+      return Aborted(fmt::format("the destination closed the connection during {}: {} (here: {})", step, peer,
                                  st.message()));
     }
   }
   if (st.code() == StatusCode::kUnavailable) {
-    return Unavailable(fmt::format("the destination closed the connection during {}: {}", phase, st.message()));
+    return Unavailable(fmt::format("the destination closed the connection during {}: {}", step, st.message()));
   }
-  return st.WithContext(fmt::format("migration aborted in {}", phase));
+  return st.WithContext(fmt::format("migration aborted in {}", step));
 }
 
-MigrationReport Source::Fail(Status st, const std::string& phase) {
-  st = Explain(std::move(st), phase);
-  v1::Envelope abort;
-  abort.mutable_abort()->set_reason(st.message());
-  abort.mutable_abort()->set_phase(phase);
-  (void)wire::SendEnvelope(*streams_.control, abort);  // best effort: the peer may be gone
-  CloseAll();
-  if (tracking_) (void)tracker_->Stop();
-  report_.outcome = Outcome::kAborted;
-  report_.failed_phase = phase;
-  report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
-  report_.status = st;
-  DeviceState s = dev_.State();
-  if (s == DeviceState::kPreCopy || s == DeviceState::kStopCopy || s == DeviceState::kStop) {
-    Status back = dev_.SetState(DeviceState::kRunning);
-    if (!back.ok()) {
-      report_.status = Internal(fmt::format("{}; and returning the source to RUNNING failed: {}",
-                                            report_.status.message(), back.message()));
-      report_.resolution = "the source device could not be resumed: inspect it before anything else";
-      return report_;
-    }
-  }
-  report_.resolution = "the source is RUNNING with its memory intact; the destination discarded what it received";
-  if (st.code() == StatusCode::kAborted && st.message().find("drain-and-replace") != std::string::npos) {
-    report_.resolution += "; live migration will not converge at this bandwidth: drain-and-replace recommended";
-  }
-  report_.total_ms = MsBetween(t0_, Clock::now());
-  return report_;
-}
-
-// The probe ends where the switchover decision is made: abort on purpose; the
-// source never stopped, the destination discards what it received.
-MigrationReport Source::FinishProbe(const PolicyResult& decision) {
-  v1::Envelope abort;
-  abort.mutable_abort()->set_reason("dry run complete: the probe stops before switchover");
-  abort.mutable_abort()->set_phase("dry run");
-  (void)wire::SendEnvelope(*streams_.control, abort);
+// Before Prepared: tell the destination why (best effort), stop, and return the
+// source to RUNNING with its memory untouched.
+void Source::RollBack(Status st) {
+  st = report_.dry_run ? Status::Ok() : Explain(std::move(st));
+  (void)wire::SendEnvelope(*streams_.control,
+                           wire::MakeAbort(report_.dry_run ? "dry run complete: the probe stops before switchover"
+                                                           : st.message(),
+                                           report_.dry_run ? "dry run" : StepName(at_)));
   CloseAll();
   if (tracking_) (void)tracker_->Stop();
   tracking_ = false;
-  report_.dry_run = true;
-  report_.would_switch = decision.decision == Decision::kSwitchover;
-  report_.predicted_stun_ms = decision.predicted_stun_ms;
-  report_.switchover_reason = decision.reason;
-  report_.outcome = Outcome::kAborted;
-  report_.failed_phase.clear();
-  report_.bytes_sent = sender_->bytes_sent();
-  report_.total_ms = MsBetween(t0_, Clock::now());
-  Status back = dev_.SetState(DeviceState::kRunning);
-  report_.status = back.ok() ? Status::Ok() : back.WithContext("dry run: resuming the source failed");
-  report_.resolution = "dry run: the source kept running; the destination discarded what it received";
-  return report_;
-}
-
-MigrationReport Source::InDoubt(Status st, const std::string& phase) {
-  if (st.code() == StatusCode::kUnavailable) {
-    st = Unavailable(fmt::format("the destination closed the connection during {}: {}", phase, st.message()));
+  report_.status = st;
+  report_.failed_phase = report_.dry_run ? StepAt{} : at_;
+  DeviceState s = dev_.State();
+  if (s == DeviceState::kPreCopy || s == DeviceState::kStopCopy || s == DeviceState::kStop) {
+    if (Status back = dev_.SetState(DeviceState::kRunning); !back.ok()) {
+      report_.status = report_.dry_run ? back.WithContext("dry run: resuming the source failed")
+                                       : Internal(fmt::format("{}; and returning the source to RUNNING failed: {}",
+                                                              st.message(), back.message()));
+      report_.resolution = "the source device could not be resumed: inspect it before anything else";
+      return;
+    }
   }
-  CloseAll();
-  if (tracking_) (void)tracker_->Stop();
-  if (dev_.State() != DeviceState::kStop) (void)dev_.SetState(DeviceState::kStop);
-  report_.outcome = Outcome::kInDoubt;
-  report_.bytes_sent = sender_->bytes_sent();
-  report_.failed_phase = phase;
-  report_.status = Status(StatusCode::kInDoubt,
-                          fmt::format("commit sent but not confirmed ({}): outcome in doubt", st.message()));
-  report_.resolution =
-      "both sides are stopped and the source state is intact; neither resumes on its own. Check the destination: if "
-      "it is RUNNING, release the source; otherwise discard the destination and resume the source (device state "
-      "STOP -> RUNNING)";
-  report_.total_ms = MsBetween(t0_, Clock::now());
+  if (report_.dry_run) {
+    report_.resolution = "dry run: the source kept running; the destination discarded what it received";
+    return;
+  }
+  report_.resolution = "the source is RUNNING with its memory intact; the destination discarded what it received";
+  if (decision_.decision == Decision::kAbort) {
+    report_.resolution += "; live migration will not converge at this bandwidth: drain-and-replace recommended";
+  }
+}
+
+// Every migration ends here, whatever its outcome; the device's cleanup hook
+// runs last, outside the stun.
+MigrationReport Source::Teardown(Outcome outcome, Status st) {
+  report_.outcome = outcome;
+  switch (outcome) {
+    case Outcome::kAborted:
+      RollBack(std::move(st));
+      break;
+    case Outcome::kInDoubt:
+      if (st.code() == StatusCode::kUnavailable) {
+        st = Unavailable(fmt::format("the destination closed the connection during {}: {}", StepName(at_),
+                                     st.message()));
+      }
+      CloseAll();
+      if (tracking_) (void)tracker_->Stop();
+      tracking_ = false;
+      if (dev_.State() != DeviceState::kStop) (void)dev_.SetState(DeviceState::kStop);
+      report_.failed_phase = at_;
+      report_.status = Status(StatusCode::kInDoubt,
+                              fmt::format("commit sent but not confirmed ({}): outcome in doubt", st.message()));
+      report_.resolution =
+          "both sides are stopped and the source state is intact; neither resumes on its own. Check the destination: "
+          "if it is RUNNING, release the source; otherwise discard the destination and resume the source (device "
+          "state STOP -> RUNNING)";
+      break;
+    case Outcome::kCompleted:
+      (void)tracker_->Stop();
+      tracking_ = false;  // the device stays in STOP: the destination owns the workload now
+      CloseAll();
+      report_.verified = true;
+      Statistics();
+      break;
+  }
+  report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
+  report_.source_cleanup = dev_.SaveCleanup(outcome);
+  report_.total_ms = MsBetween(t0_, clock_.Now());
+  if (outcome == Outcome::kCompleted) {
+    EnterPhase(Phase::kCompleted, final_round_);
+    ReportProgress(Phase::kCompleted, final_round_, 0, 0, true);
+  }
   return report_;
 }
 
-MigrationReport Source::Run() {
+void Source::Statistics() {
+  uint64_t raw = 0, payload = 0;
+  for (const auto& r : report_.rounds) {
+    raw += r.raw_bytes;
+    payload += r.payload_bytes;
+  }
+  report_.compression_ratio = payload ? static_cast<double>(raw) / static_cast<double>(payload) : 1.0;
+  const double total_ms = MsBetween(t0_, clock_.Now());
+  for (size_t i = 0; i < sender_->frames_per_stream().size(); ++i) {
+    MigrationReport::StreamStat st;
+    st.stream = static_cast<uint32_t>(i);
+    st.frames = sender_->frames_per_stream()[i];
+    st.bytes = sender_->bytes_per_stream()[i];
+    st.bytes_per_s = total_ms > 0 ? static_cast<double>(st.bytes) / (total_ms / 1e3) : 0;
+    report_.streams.push_back(st);
+  }
+}
+
+// Nothing has been touched yet when these fail: the report says why, no more.
+Status Source::CheckReady() {
   if (streams_.control == nullptr || streams_.data.empty()) {
-    report_.status = InvalidArgument("session: need a control stream and at least one data stream");
-    return report_;
+    return InvalidArgument("session: need a control stream and at least one data stream");
   }
   if (dev_.State() != DeviceState::kRunning) {
-    report_.status = FailedPrecondition(
+    return FailedPrecondition(
         fmt::format("session: source device is {}, expected RUNNING", DeviceStateName(dev_.State())));
-    return report_;
   }
   tracker_ = dev_.Tracker();
-  if (tracker_ == nullptr) {
-    report_.status = Unimplemented("session: the device has no dirty tracker");
-    return report_;
-  }
+  if (tracker_ == nullptr) return Unimplemented("session: the device has no dirty tracker");
+  return Status::Ok();
+}
+
+Status Source::Start() {
   FrameKeys keys;
   keys.integrity_key = session_id_;
   if (opt_.aes_key) {
     keys.aes_gcm = true;
     keys.aes_key = *opt_.aes_key;
   }
-  sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s);
+  sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
   reader_ = std::make_unique<ControlReader>(streams_.control, &box_, [this](const v1::Abort&) {
-    // Stop sending at once; Fail() picks up the reason from the mailbox.
+    // Stop sending at once; Teardown picks up the reason from the mailbox.
     peer_aborted_ = true;
     for (Stream* s : streams_.data) s->Close();
   });
-
-  Phase(Phase::kHandshake, 0);
-  if (Status st = Handshake(); !st.ok()) return Fail(st, "handshake");
-
-  if (Status st = dev_.SetState(DeviceState::kPreCopy); !st.ok()) return Fail(st, "handshake");
-  if (Status st = tracker_->Start(); !st.ok()) return Fail(st, "handshake");
+  at_ = {Step::kHandshake};
+  EnterPhase(Phase::kHandshake, 0);
+  GM_RETURN_IF_ERROR(Handshake());
+  GM_RETURN_IF_ERROR(dev_.SaveSetup().WithContext("device setup"));
+  GM_RETURN_IF_ERROR(dev_.SetState(DeviceState::kPreCopy));
+  GM_RETURN_IF_ERROR(tracker_->Start());
   tracking_ = true;
   for (auto& s : sets_) s.SetAll();
+  return Status::Ok();
+}
 
+// One pre-copy round, timed end to end: the destination confirms it applied the
+// round before the next dirty sync, so the bandwidth the rule sees is the one
+// the stun will see and nothing is left in flight to lengthen a stun.
+Status Source::RunRound(uint32_t round) {
+  at_ = {Step::kPreCopy, round};
+  EnterPhase(Phase::kRoundStart, round);
+  RoundReport rr;
+  rr.round = round;
+  auto rs = clock_.Now();
+  GM_RETURN_IF_ERROR(SendSet(round, round == 0, rr));
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeRoundEnd(round, sender_->frames_per_stream())));
+  GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied").status());
+  rr.ms = MsBetween(rs, clock_.Now());
+  report_.rounds.push_back(rr);
+  EnterPhase(Phase::kRoundEnd, round);
+  return Status::Ok();
+}
+
+// The switchover rule on the cheap pending estimate; when it says "switch", the
+// exact count confirms it (a device's stop-copy size may exceed its estimate).
+Result<PolicyResult> Source::Decide(const std::vector<uint64_t>& dirty_history, uint32_t rounds_done) {
+  PolicyInput in;
+  in.dirty_bytes_history = dirty_history;
+  in.device_state_bytes = dev_.PendingEstimate().stop_copy_bytes;
+  in.bandwidth_bytes_per_s = report_.bandwidth_bytes_per_s;
+  in.rounds_done = rounds_done;
+  in.max_rounds = opt_.max_rounds;
+  in.downtime_target = opt_.downtime_target;
+  in.max_stun = opt_.max_stun;
+  in.fixed_cost = opt_.switchover_fixed_cost;
+  in.switch_when_not_converging = opt_.switch_when_not_converging;
+  PolicyResult d = DecideSwitchover(in);
+  if (d.decision != Decision::kSwitchover) return d;
+  auto exact = dev_.PendingExact();
+  if (!exact.ok()) return exact.status().WithContext("device pending bytes");
+  if (exact->stop_copy_bytes == in.device_state_bytes) return d;
+  in.device_state_bytes = exact->stop_copy_bytes;
+  return DecideSwitchover(in);
+}
+
+// Rounds until the rule says switch over or abort (or, for a probe, anything
+// but "continue"). decision_ holds its last answer.
+Status Source::PreCopy() {
   std::vector<uint64_t> dirty_history;
-  uint32_t round = 0;
-  PolicyResult decision;
-  while (true) {
-    Phase(Phase::kRoundStart, round);
-    RoundReport rr;
-    rr.round = round;
-    auto rs = Clock::now();
-    if (Status st = SendSet(round, round == 0, rr); !st.ok()) return Fail(st, fmt::format("pre-copy round {}", round));
-    v1::Envelope end;
-    end.mutable_round_end()->set_round(round);
-    for (uint64_t f : sender_->frames_per_stream()) end.mutable_round_end()->add_frames_per_stream(f);
-    if (Status st = wire::SendEnvelope(*streams_.control, end); !st.ok()) {
-      return Fail(st, fmt::format("pre-copy round {}", round));
-    }
-    // Wait until the destination has applied the round: rounds are timed end to
-    // end, and nothing is left in flight to lengthen a stun.
-    if (auto r = Await(v1::Envelope::kRoundApplied, "RoundApplied"); !r.ok()) {
-      return Fail(r.status(), fmt::format("pre-copy round {}", round));
-    }
-    rr.ms = MsBetween(rs, Clock::now());
-    report_.rounds.push_back(rr);
-    Phase(Phase::kRoundEnd, round);
-
+  for (uint32_t round = 0;; ++round) {
+    GM_RETURN_IF_ERROR(RunRound(round));
     uint64_t dirty = 0;
-    if (Status st = SyncAll(&dirty); !st.ok()) return Fail(st, fmt::format("pre-copy round {}", round));
+    GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
-    double bw = MeasuredBandwidth(report_.rounds);
-    report_.bandwidth_bytes_per_s = bw;
-
-    PolicyInput in;
-    in.dirty_bytes_history = dirty_history;
-    in.device_state_bytes = dev_.Pending().stop_copy_bytes;
-    in.bandwidth_bytes_per_s = bw;
-    in.rounds_done = round + 1;
-    in.max_rounds = opt_.max_rounds;
-    in.downtime_target = opt_.downtime_target;
-    in.max_stun = opt_.max_stun;
-    in.fixed_cost = opt_.switchover_fixed_cost;
-    in.switch_when_not_converging = opt_.switch_when_not_converging;
-    decision = DecideSwitchover(in);
-    if (opt_.dry_run && decision.decision != Decision::kContinue) return FinishProbe(decision);
-    if (decision.decision == Decision::kSwitchover) break;
-    if (decision.decision == Decision::kAbort) {
-      report_.predicted_stun_ms = decision.predicted_stun_ms;
-      report_.switchover_reason = decision.reason;
-      return Fail(Aborted(decision.reason), fmt::format("pre-copy round {}", round));
+    report_.bandwidth_bytes_per_s = MeasuredBandwidth(report_.rounds);
+    GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, round + 1));
+    if (decision_.decision != Decision::kContinue) {
+      report_.predicted_stun_ms = decision_.predicted_stun_ms;
+      report_.switchover_reason = decision_.reason;
+      final_round_ = round + 1;
+      return Status::Ok();
     }
-    ++round;
   }
-  report_.predicted_stun_ms = decision.predicted_stun_ms;
-  report_.switchover_reason = decision.reason;
-  const uint32_t final_round = round + 1;
+}
 
-  // --- Switchover: the stun starts when the device stops. ---
-  Phase(Phase::kSwitchover, final_round);
-  auto& bd = report_.stun_breakdown_ms;
-  auto t_stun = Clock::now();
-  if (Status st = dev_.SetState(DeviceState::kStopCopy); !st.ok()) return Fail(st, "switchover: stop device");
-  auto t1 = Clock::now();
-  bd.emplace_back("stop_device", MsBetween(t_stun, t1));
-  uint64_t final_dirty = 0;
-  if (Status st = SyncAll(&final_dirty); !st.ok()) return Fail(st, "switchover: final sync");
-  auto t2 = Clock::now();
-  bd.emplace_back("final_sync", MsBetween(t1, t2));
+// The stun's first part: from stopping the device to the destination's Prepared.
+Status Source::Switchover() {
+  EnterPhase(Phase::kSwitchover, final_round_);
+  t_stun_ = phase_end_ = clock_.Now();
+  StunBreakdown& bd = report_.stun_breakdown_ms;
+  uint64_t final_dirty = 0, state_bytes = 0;
   RoundReport fr;
-  const uint64_t sent_before_final = sender_->bytes_sent();
-  fr.round = final_round;
+  fr.round = final_round_;
   fr.final = true;
-  if (Status st = SendSet(final_round, false, fr); !st.ok()) return Fail(st, "switchover: final data");
+  const uint64_t sent_before_final = sender_->bytes_sent();
+  GM_RETURN_IF_ERROR(TimePhase(Step::kStopDevice, bd.stop_device_ms,
+                               [&] { return dev_.SetState(DeviceState::kStopCopy); }));
+  GM_RETURN_IF_ERROR(TimePhase(Step::kFinalSync, bd.final_sync_ms, [&] { return SyncAll(&final_dirty); }));
   // The final data phase ends when the bytes are on the streams, not when queued.
-  if (Status st = sender_->Flush(); !st.ok()) return Fail(st, "switchover: final data");
-  auto t3 = Clock::now();
-  fr.ms = MsBetween(t2, t3);
-  bd.emplace_back("final_data", fr.ms);
-  uint64_t state_bytes = 0;
-  if (Status st = SendDeviceState(final_round, &state_bytes); !st.ok()) return Fail(st, "switchover: device state");
-  auto t4 = Clock::now();
-  bd.emplace_back("device_state", MsBetween(t3, t4));
+  GM_RETURN_IF_ERROR(TimePhase(Step::kFinalData, bd.final_data_ms, [&] {
+    GM_RETURN_IF_ERROR(SendSet(final_round_, false, fr));
+    return sender_->Flush();
+  }));
+  fr.ms = *bd.final_data_ms;
+  GM_RETURN_IF_ERROR(TimePhase(Step::kDeviceState, bd.device_state_ms,
+                               [&] { return SendDeviceState(final_round_, &state_bytes); }));
   fr.bytes = sender_->bytes_sent() - sent_before_final;
   report_.rounds.push_back(fr);
   if (opt_.verify_full) {
-    if (Status st = VerifyFull(); !st.ok()) return Fail(st, "switchover: verify full");
+    GM_RETURN_IF_ERROR(TimePhase(Step::kVerifyFull, bd.verify_full_ms, [&] { return VerifyFull(); }));
   }
   // Everything is read: STOP_COPY -> STOP, as a VFIO source does once its data is
   // drained. From STOP a backend may hold the workload stopped even if this
   // process dies (the proc shim does): Commit can only follow from here.
-  if (Status st = dev_.SetState(DeviceState::kStop); !st.ok()) return Fail(st, "switchover: stop device");
-  auto t5 = Clock::now();
-  if (opt_.verify_full) bd.emplace_back("verify_full", MsBetween(t4, t5));
+  // Stopping is two transitions, both counted as stop_device.
+  GM_RETURN_IF_ERROR(
+      TimePhase(Step::kStopDevice, bd.stop_device_ms, [&] { return dev_.SetState(DeviceState::kStop); }));
+  return TimePhase(Step::kPrepare, bd.prepare_verify_ms, [&] {
+    GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, PrepareMessage(state_bytes)));
+    EnterPhase(Phase::kPrepareSent, final_round_);
+    GM_RETURN_IF_ERROR(Await(v1::Envelope::kPrepared, "Prepared").status());
+    EnterPhase(Phase::kPreparedReceived, final_round_);
+    return Status::Ok();
+  });
+}
 
+v1::Envelope Source::PrepareMessage(uint64_t state_bytes) {
   v1::Envelope prep;
   auto* p = prep.mutable_prepare();
-  p->set_final_round(final_round);
+  p->set_final_round(final_round_);
   for (uint64_t f : sender_->frames_per_stream()) p->add_frames_per_stream(f);
   for (size_t i = 0; i < regions_.size(); ++i) {
     auto* d = p->add_digests();
@@ -582,49 +646,38 @@ MigrationReport Source::Run() {
     d->set_digest(hashes_.RegionDigest(i));
   }
   p->set_device_state_bytes(state_bytes);
-  if (Status st = wire::SendEnvelope(*streams_.control, prep); !st.ok()) return Fail(st, "switchover: prepare");
-  Phase(Phase::kPrepareSent, final_round);
-  if (auto r = Await(v1::Envelope::kPrepared, "Prepared"); !r.ok()) return Fail(r.status(), "switchover: prepare");
-  auto t6 = Clock::now();
-  bd.emplace_back("prepare_verify", MsBetween(t5, t6));
-  Phase(Phase::kPreparedReceived, final_round);
+  return prep;
+}
 
-  // --- Point of no return: from here a failure leaves the outcome in doubt. ---
-  v1::Envelope commit;
-  commit.mutable_commit();
-  if (Status st = wire::SendEnvelope(*streams_.control, commit); !st.ok()) return InDoubt(st, "commit");
-  Phase(Phase::kCommitSent, final_round);
-  if (auto r = Await(v1::Envelope::kRunning, "Running"); !r.ok()) return InDoubt(r.status(), "commit");
-  auto t7 = Clock::now();
-  bd.emplace_back("commit_resume", MsBetween(t6, t7));
-  report_.stun_ms = MsBetween(t_stun, t7);
+// Past the point of no return: a failure from here leaves the outcome in doubt.
+Status Source::Commit() {
+  GM_RETURN_IF_ERROR(TimePhase(Step::kCommit, report_.stun_breakdown_ms.commit_resume_ms, [&] {
+    v1::Envelope commit;
+    commit.mutable_commit();
+    GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, commit));
+    EnterPhase(Phase::kCommitSent, final_round_);
+    return Await(v1::Envelope::kRunning, "Running").status();
+  }));
+  report_.stun_ms = MsBetween(t_stun_, phase_end_);
+  return Status::Ok();
+}
 
-  // The slow tidy-up happens after the stun.
-  (void)tracker_->Stop();
-  tracking_ = false;  // the device stays in STOP: the destination owns the workload now
-  CloseAll();
-  report_.outcome = Outcome::kCompleted;
-  report_.verified = true;
-  report_.bytes_sent = sender_->bytes_sent();
-  uint64_t raw = 0, payload = 0;
-  for (const auto& r : report_.rounds) {
-    raw += r.raw_bytes;
-    payload += r.payload_bytes;
+MigrationReport Source::Run() {
+  if (Status st = CheckReady(); !st.ok()) {
+    report_.status = st;
+    return report_;
   }
-  report_.compression_ratio = payload ? static_cast<double>(raw) / static_cast<double>(payload) : 1.0;
-  report_.total_ms = MsBetween(t0_, Clock::now());
-  for (size_t i = 0; i < sender_->frames_per_stream().size(); ++i) {
-    MigrationReport::StreamStat st;
-    st.stream = static_cast<uint32_t>(i);
-    st.frames = sender_->frames_per_stream()[i];
-    st.bytes = sender_->bytes_per_stream()[i];
-    st.bytes_per_s = report_.total_ms > 0 ? static_cast<double>(st.bytes) / (report_.total_ms / 1e3) : 0;
-    report_.streams.push_back(st);
+  if (Status st = Start(); !st.ok()) return Teardown(Outcome::kAborted, st);
+  if (Status st = PreCopy(); !st.ok()) return Teardown(Outcome::kAborted, st);
+  if (opt_.dry_run) {
+    report_.dry_run = true;
+    report_.would_switch = decision_.decision == Decision::kSwitchover;
+    return Teardown(Outcome::kAborted, Status::Ok());
   }
-  report_.total_ms = MsBetween(t0_, Clock::now());
-  Phase(Phase::kCompleted, final_round);
-  ReportProgress(Phase::kCompleted, final_round, 0, 0, true);
-  return report_;
+  if (decision_.decision == Decision::kAbort) return Teardown(Outcome::kAborted, Aborted(decision_.reason));
+  if (Status st = Switchover(); !st.ok()) return Teardown(Outcome::kAborted, st);
+  if (Status st = Commit(); !st.ok()) return Teardown(Outcome::kInDoubt, st);
+  return Teardown(Outcome::kCompleted, Status::Ok());
 }
 
 }  // namespace

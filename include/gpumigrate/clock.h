@@ -1,11 +1,18 @@
 // Clock: the seam for time, so that measurement code (the estimator's dirty
 // sampler) can be tested with a fake clock and exact expectations.
 //
+// Every timeout and measurement in the engine goes through it: the session,
+// destination, mailbox, rate limiter and sim workload take a Clock (default
+// SystemClock()), so a test can move time instead of sleeping through it.
+//
 // SystemClock() is the steady clock. FakeClock starts at zero and moves only when
 // told to, or when someone sleeps on it (SleepUntil jumps to the deadline).
-// Thread safety: SystemClock is thread-safe; FakeClock is for one thread.
+// Waiting code polls: it re-reads Now() at least every kPollInterval of real
+// time, so an Advance() from another thread is seen within that.
+// Thread safety: both are thread-safe.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 
 namespace gpumigrate {
@@ -21,16 +28,27 @@ class Clock {
 
 Clock& SystemClock();
 
+// How often (real time) a wait on a Clock re-reads it.
+inline constexpr std::chrono::milliseconds kPollInterval{20};
+
+// Milliseconds from a to b, for reports.
+inline double MsBetween(Clock::TimePoint a, Clock::TimePoint b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
 class FakeClock final : public Clock {
  public:
-  TimePoint Now() override { return now_; }
+  TimePoint Now() override { return TimePoint(Duration(now_ns_.load())); }
   void SleepUntil(TimePoint t) override {
-    if (t > now_) now_ = t;
+    int64_t want = t.time_since_epoch().count();
+    int64_t cur = now_ns_.load();
+    while (want > cur && !now_ns_.compare_exchange_weak(cur, want)) {
+    }
   }
-  void Advance(Duration d) { now_ += d; }
+  void Advance(Duration d) { now_ns_ += d.count(); }
 
  private:
-  TimePoint now_{};
+  std::atomic<int64_t> now_ns_{0};
 };
 
 }  // namespace gpumigrate

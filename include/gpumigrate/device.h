@@ -3,7 +3,8 @@
 // A device exposes memory regions (id, size, page size, hint) that the engine
 // reads on the source and writes on the destination, a lifecycle state machine
 // named exactly as the VFIO migration v2 uAPI names it, an opaque device-state
-// blob saved in STOP_COPY and loaded in RESUMING, and a pending-bytes estimate.
+// blob saved in STOP_COPY and loaded in RESUMING, a pending-bytes query (cheap
+// estimate, exact count) and the migration hooks the session calls around it.
 //
 // Source arcs:      RUNNING -> PRE_COPY -> STOP_COPY -> STOP
 //                   PRE_COPY/STOP_COPY -> RUNNING      (rollback: recovery state)
@@ -23,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpumigrate/outcome.h"
 #include "gpumigrate/status.h"
 
 namespace gpumigrate {
@@ -59,15 +61,13 @@ struct RegionInfo {
   uint64_t pages() const { return (size_bytes + page_size - 1) / page_size; }
 };
 
-// Estimate of what is left to move (VFIO_MIG_GET_PRECOPY_INFO and
-// VFIO_DEVICE_FEATURE_MIG_DATA_SIZE, plus memory regions). When a backend cannot
-// know, it answers pessimistically so a downtime limit is never broken.
+// What the device's own (non-memory) state will add to the stun: the VFIO
+// stop-copy size (VFIO_DEVICE_FEATURE_MIG_DATA_SIZE), for sim and proc the state
+// blob. When a backend cannot know, it answers pessimistically so a downtime
+// limit is never broken. Memory regions are counted by the session itself.
 struct PendingBytes {
-  uint64_t precopy_initial_bytes = 0;  // not yet sent even once
-  uint64_t precopy_dirty_bytes = 0;    // sent, then changed
-  uint64_t stop_copy_bytes = 0;        // would be sent during the stun (incl. device state)
+  uint64_t stop_copy_bytes = 0;  // would be sent during the stun
 };
-
 class Device {
  public:
   virtual ~Device() = default;
@@ -92,7 +92,38 @@ class Device {
   virtual Result<std::vector<std::byte>> SaveState() = 0;
   virtual Status LoadState(std::span<const std::byte> blob) = 0;
 
-  virtual PendingBytes Pending() const = 0;
+  // What is left to move, two ways (QEMU's state_pending_estimate/_exact): a
+  // cheap estimate the session asks every round, and an exact count it asks only
+  // when the estimate says the switchover is near. The exact one may cost (a
+  // query to the device); by default it is the estimate.
+  virtual PendingBytes PendingEstimate() const = 0;
+  virtual Result<PendingBytes> PendingExact() { return PendingEstimate(); }
+
+  // --- Migration hooks (QEMU's SaveVMHandlers), called by the session only. ---
+  // The defaults do nothing; a backend overrides what it needs.
+  //
+  // Source: SaveSetup() once the destination accepted the manifest, before the
+  // device enters PRE_COPY. SaveCleanup(outcome) once the migration has ended,
+  // outside the stun, with what must become of the source:
+  //   kCompleted  the destination runs the workload: this copy must never run on
+  //               (the device stays in STOP; proc tells the process it moved)
+  //   kAborted    the session has returned the device to RUNNING: drop what the
+  //               pre-copy needed, the workload runs on here
+  //   kInDoubt    the device stays in STOP with its state intact, to be resumed or
+  //               released by an operator: release nothing
+  virtual Status SaveSetup() { return Status::Ok(); }
+  virtual Status SaveCleanup(Outcome outcome) {
+    (void)outcome;
+    return Status::Ok();
+  }
+  // Destination: LoadSetup() before the device enters RESUMING, LoadCleanup()
+  // once the migration has ended (kCompleted: RUNNING here; kAborted: the
+  // device discarded what it received; kInDoubt: it holds the verified state, stopped).
+  virtual Status LoadSetup() { return Status::Ok(); }
+  virtual Status LoadCleanup(Outcome outcome) {
+    (void)outcome;
+    return Status::Ok();
+  }
 
   // The device's own dirty tracker, or nullptr when the engine must bring one.
   // Borrowed: valid for the device's lifetime.

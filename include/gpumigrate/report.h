@@ -3,16 +3,49 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "gpumigrate/outcome.h"
 #include "gpumigrate/status.h"
 
 namespace gpumigrate {
 
-enum class Outcome { kCompleted, kAborted, kInDoubt };
-std::string_view OutcomeName(Outcome o);  // "completed", "aborted", "in_doubt"
+// Where a migration stood when it failed: a step and, for pre-copy, its round.
+// Its name ("pre-copy round 3", "switchover: prepare") is for JSON and text only.
+enum class Step : uint8_t {
+  kNone,
+  kConnect,
+  kHandshake,
+  kPreCopy,
+  kStopDevice,
+  kFinalSync,
+  kFinalData,
+  kDeviceState,
+  kVerifyFull,
+  kPrepare,
+  kCommit,
+};
+struct StepAt {
+  Step step = Step::kNone;
+  uint32_t round = 0;  // kPreCopy only
+  bool operator==(const StepAt&) const = default;
+};
+std::string StepName(StepAt s);  // "" for kNone
+// True for the steps taken while the source device is stopped (stop device ... prepare).
+bool IsSwitchoverStep(Step s);
+
+// The stun, phase by phase, in the order they happen. A phase that was not
+// reached (a failed migration) or not asked for (verify_full) is empty.
+struct StunBreakdown {
+  std::optional<double> stop_device_ms, final_sync_ms, final_data_ms, device_state_ms, verify_full_ms,
+      prepare_verify_ms, commit_resume_ms;
+  // (name, ms) of the phases reached, in order: the JSON and text names.
+  std::vector<std::pair<std::string_view, double>> Phases() const;
+  size_t size() const { return Phases().size(); }
+};
 
 struct RoundReport {
   uint32_t round = 0;
@@ -29,13 +62,13 @@ struct RoundReport {
 struct MigrationReport {
   Outcome outcome = Outcome::kAborted;
   Status status;              // why, when not completed
-  std::string failed_phase;   // the phase in which it failed
+  StepAt failed_phase;        // where it failed (kNone when it did not)
   bool verified = false;      // destination digests matched what the source sent
   bool verify_full = false;   // source re-read at stop and compared too
   std::string device;
   uint64_t device_bytes = 0;
   double stun_ms = 0;
-  std::vector<std::pair<std::string, double>> stun_breakdown_ms;  // in order
+  StunBreakdown stun_breakdown_ms;
   double total_ms = 0;
   uint64_t bytes_sent = 0;
   double bandwidth_bytes_per_s = 0;  // measured during pre-copy
@@ -57,6 +90,7 @@ struct MigrationReport {
     double bytes_per_s = 0;  // over the whole migration
   };
   std::vector<StreamStat> streams;
+  Status source_cleanup;             // the device's SaveCleanup/LoadCleanup hook, when it failed
   bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
   bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };

@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/report.h"
@@ -97,6 +98,7 @@ struct SourceOptions {
   const std::atomic<bool>* cancel = nullptr;         // set to abort (Ctrl-C); borrowed
   std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
   std::function<void(Phase, uint32_t round)> on_phase;
+  Clock* clock = nullptr;                            // timeouts and measurements; nullptr: SystemClock(). Borrowed
 };
 
 struct DestinationOptions {
@@ -106,6 +108,7 @@ struct DestinationOptions {
   std::optional<std::array<std::byte, 32>> aes_key;
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(Phase, uint32_t round)> on_phase;
+  Clock* clock = nullptr;                            // nullptr: SystemClock(). Borrowed
 };
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options);

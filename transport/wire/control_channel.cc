@@ -78,4 +78,27 @@ std::string EnvelopeKind(const v1::Envelope& env) {
   }
 }
 
+v1::Envelope MakeHello(std::string_view product_version, const std::vector<std::string>& capabilities) {
+  v1::Envelope env;
+  auto* h = env.mutable_hello();
+  h->set_protocol_version(kProtocolVersion);
+  h->set_product_version(std::string(product_version));
+  for (const auto& c : capabilities) h->add_capabilities(c);
+  return env;
+}
+
+v1::Envelope MakeAbort(std::string_view reason, std::string_view phase) {
+  v1::Envelope env;
+  env.mutable_abort()->set_reason(std::string(reason));
+  env.mutable_abort()->set_phase(std::string(phase));
+  return env;
+}
+
+v1::Envelope MakeRoundEnd(uint32_t round, const std::vector<uint64_t>& frames_per_stream) {
+  v1::Envelope env;
+  env.mutable_round_end()->set_round(round);
+  for (uint64_t f : frames_per_stream) env.mutable_round_end()->add_frames_per_stream(f);
+  return env;
+}
+
 }  // namespace gpumigrate::wire

@@ -10,6 +10,8 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "control.pb.h"
 #include "gpumigrate/status.h"
@@ -31,5 +33,10 @@ Result<v1::Envelope> RecvEnvelope(Stream& stream);
 Status CheckHello(const v1::Hello& hello);
 
 std::string EnvelopeKind(const v1::Envelope& env);
+
+// The messages both sides build, each in one place.
+v1::Envelope MakeHello(std::string_view product_version, const std::vector<std::string>& capabilities);
+v1::Envelope MakeAbort(std::string_view reason, std::string_view phase);
+v1::Envelope MakeRoundEnd(uint32_t round, const std::vector<uint64_t>& frames_per_stream);
 
 }  // namespace gpumigrate::wire

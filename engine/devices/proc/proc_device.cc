@@ -229,13 +229,21 @@ class ProcDeviceImpl : public ProcDevice {
     return Request(w::Msg::kLoadState, blob, kReplyTimeoutMs).status().WithContext("load state");
   }
 
-  PendingBytes Pending() const override {
+  PendingBytes PendingEstimate() const override {
     PendingBytes p;
     p.stop_copy_bytes = state_hint_;
     return p;
   }
 
   DirtyTracker* Tracker() override { return tracker_.get(); }
+
+  // After a completed migration the destination runs the workload: tell this
+  // process it moved (gm_shim_released), so this copy never runs on. After a
+  // rollback it already runs; in doubt it stays held for an operator.
+  Status SaveCleanup(Outcome outcome) override {
+    if (outcome != Outcome::kCompleted) return Status::Ok();
+    return Release().WithContext(fmt::format("release source process {} (it stays paused)", spec_.pid));
+  }
 
  private:
   Status Hello(w::WpMode mode, std::chrono::milliseconds timeout) {

@@ -270,7 +270,7 @@ class SimDeviceImpl final : public SimDevice {
     return Status::Ok();
   }
 
-  PendingBytes Pending() const override { return PendingBytes{0, 0, sizeof(StateBlob)}; }
+  PendingBytes PendingEstimate() const override { return PendingBytes{sizeof(StateBlob)}; }
   DirtyTracker* Tracker() override { return &tracker_; }
 
   // --- SimDevice ---

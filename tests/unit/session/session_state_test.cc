@@ -80,7 +80,7 @@ TEST(SessionStateMachine, FailedStopRollsTheSourceBackToRunning) {
   auto res = f.Run();
   EXPECT_EQ(res.source.outcome, Outcome::kAborted);
   EXPECT_NE(res.source.status.message().find("transition to STOP_COPY failed"), std::string::npos);
-  EXPECT_EQ(res.source.failed_phase, "switchover: stop device");
+  EXPECT_EQ(StepName(res.source.failed_phase), "switchover: stop device");
   EXPECT_EQ(f.src.State(), DeviceState::kRunning);
   EXPECT_EQ(f.src.transitions, (std::vector<DeviceState>{DeviceState::kPreCopy, DeviceState::kRunning}));
   EXPECT_EQ(res.destination.outcome, Outcome::kAborted);

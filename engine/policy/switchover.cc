@@ -1,4 +1,4 @@
-#include "engine/session/switchover_policy.h"
+#include "gpumigrate/switchover.h"
 
 #include <algorithm>
 #include <limits>
