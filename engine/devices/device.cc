@@ -18,6 +18,15 @@ std::string_view DeviceStateName(DeviceState s) {
   return "UNKNOWN";
 }
 
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kCompleted: return "completed";
+    case Outcome::kAborted: return "aborted";
+    case Outcome::kInDoubt: return "in_doubt";
+  }
+  return "unknown";
+}
+
 std::string_view RegionHintName(RegionHint h) {
   switch (h) {
     case RegionHint::kUnspecified: return "unspecified";

@@ -15,9 +15,9 @@ double WorkingSetCurve::Eval(double t, Bound b, double cap) const {
     // Extend along the last segment. The bounds use the gentler (low) or steeper
     // (high) of their own slope and the median's, so low <= mid <= high holds
     // beyond the samples as it does at them.
-    auto slope_of = [&](const std::vector<double>& v) {
+    auto slope_of = [&](const std::vector<double>& ys) {
       if (x.size() < 2) return 0.0;
-      return std::max(0.0, (v.back() - v[v.size() - 2]) / (x.back() - x[x.size() - 2]));
+      return std::max(0.0, (ys.back() - ys[ys.size() - 2]) / (x.back() - x[x.size() - 2]));
     };
     double slope = slope_of(y);
     if (b == Bound::kLow) slope = std::min(slope, slope_of(mid_bytes));

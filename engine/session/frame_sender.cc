@@ -35,14 +35,19 @@ void FrameSender::Run(size_t i) {
     std::vector<std::byte> frame = std::move(lane.queue.front());
     lane.queue.pop_front();
     lane.busy = true;
+    const bool failed = !error_.ok();  // read under the lock: Send() and the other lanes write it
     lk.unlock();
-    uint64_t seq;
-    std::memcpy(&seq, frame.data() + 16, 8);
-    Status st = error_.ok() ? lane.stream->WriteAll(frame) : Status::Ok();
+    Status st = failed ? Status::Ok() : lane.stream->WriteAll(frame);
     lk.lock();
     lane.busy = false;
     lane.queued_bytes -= frame.size();
-    if (!st.ok() && error_.ok()) error_ = st.WithContext(fmt::format("data stream {}: send frame {}", i, seq));
+    if (!st.ok() && error_.ok()) {
+      // The sequence number, from the frame's own header (Send() encoded it).
+      auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(frame.data(),
+                                                                                     wire::kFrameHeaderBytes));
+      error_ = st.WithContext(h.ok() ? fmt::format("data stream {}: send frame {}", i, h->sequence)
+                                     : fmt::format("data stream {}: send frame", i));
+    }
     cv_.notify_all();
   }
 }

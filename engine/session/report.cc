@@ -8,15 +8,6 @@
 
 namespace gpumigrate {
 
-std::string_view OutcomeName(Outcome o) {
-  switch (o) {
-    case Outcome::kCompleted: return "completed";
-    case Outcome::kAborted: return "aborted";
-    case Outcome::kInDoubt: return "in_doubt";
-  }
-  return "unknown";
-}
-
 std::string_view PhaseName(Phase p) {
   switch (p) {
     case Phase::kHandshake: return "handshake";

@@ -68,11 +68,6 @@ struct Progress {
   double elapsed_s = 0;
 };
 
-struct SessionStreams {
-  Stream* control = nullptr;    // borrowed
-  std::vector<Stream*> data;    // borrowed; at least one
-};
-
 struct SourceOptions {
   std::chrono::nanoseconds downtime_target = 300ms;  // switch over when the predicted stun is within this
   std::chrono::nanoseconds max_stun = 100s;          // when not converging: switch if within this, else abort

@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "gpumigrate/status.h"
 
@@ -31,6 +32,13 @@ class Stream {
 // A connected pair of in-memory streams (what one writes the other reads), with
 // at most `capacity_bytes` buffered in each direction, so a slow reader applies
 // backpressure to the writer as a socket would.
+// The streams one migration session runs on: a control stream and the data
+// streams (transport/net joins them; the session runs over them).
+struct SessionStreams {
+  Stream* control = nullptr;    // borrowed
+  std::vector<Stream*> data;    // borrowed; at least one
+};
+
 std::pair<std::unique_ptr<Stream>, std::unique_ptr<Stream>> MakePipe(std::string name,
                                                                      size_t capacity_bytes = 4 << 20);
 

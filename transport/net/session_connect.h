@@ -27,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/session.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
 #include "transport/crypto/tls.h"

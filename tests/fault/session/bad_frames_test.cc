@@ -60,7 +60,7 @@ INSTANTIATE_TEST_SUITE_P(
                       FlipCase{"payload", 48 + 4000, "tag mismatch"},
                       FlipCase{"tag", 48 + 65536 + 3, "tag mismatch"},
                       FlipCase{"round", 24, "tag mismatch"}),
-    [](const ::testing::TestParamInfo<FlipCase>& info) { return std::string(info.param.name); });
+    [](const ::testing::TestParamInfo<FlipCase>& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace gpumigrate

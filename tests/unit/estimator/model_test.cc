@@ -18,7 +18,11 @@ WorkingSetCurve Curve(std::vector<double> t, std::vector<double> bytes) {
 
 RegionProfile Region(uint32_t id, double size, double nonzero, WorkingSetCurve w) {
   RegionProfile r;
-  r.info = RegionInfo{id, "r" + std::to_string(id), static_cast<uint64_t>(size), 4096, RegionHint::kDynamic};
+  // Appended, not "r" + std::to_string(id): GCC 12 at -O2 and above raises a false
+  // -Wrestrict inside std::string's operator+(const char*, string&&).
+  std::string name = "r";
+  name += std::to_string(id);
+  r.info = RegionInfo{id, std::move(name), static_cast<uint64_t>(size), 4096, RegionHint::kDynamic};
   r.nonzero_fraction = nonzero;
   r.dirty = std::move(w);
   return r;

@@ -167,9 +167,9 @@ INSTANTIATE_TEST_SUITE_P(AllTrackers, ProcMigrationTest,
                                            Case{ProcTracking::kSyncWp, MemKind::kAnon},
                                            Case{ProcTracking::kHash, MemKind::kMemfd}),
                          [](const ::testing::TestParamInfo<Case>& i) {
-                           std::string t(ProcTrackingName(i.param.tracker));
-                           for (auto& c : t) c = c == '-' ? '_' : c;
-                           return t + "_" + MemKindName(i.param.mem);
+                           std::string name(ProcTrackingName(i.param.tracker));
+                           for (auto& c : name) c = c == '-' ? '_' : c;
+                           return name + "_" + MemKindName(i.param.mem);
                          });
 
 // The shim stops serving mid pre-copy (the workload shut it down, or it died):
