@@ -121,8 +121,7 @@ Status Destination::Handshake() {
   v1::Envelope mine;
   mine.mutable_hello()->set_protocol_version(wire::kProtocolVersion);
   mine.mutable_hello()->set_product_version(GPUMIGRATE_VERSION);
-  mine.mutable_hello()->add_capabilities(wire::kCapZstd);
-  mine.mutable_hello()->add_capabilities(wire::kCapShuffleZstd);
+  for (const std::string& cap : DecodeCapabilities()) mine.mutable_hello()->add_capabilities(cap);
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, mine));
   GM_ASSIGN_OR_RETURN(v1::Envelope m, Next("Manifest"));
   if (!m.has_manifest()) return Corrupt(fmt::format("protocol error: expected Manifest, got {}", wire::EnvelopeKind(m)));
@@ -219,10 +218,7 @@ Status Destination::ReceiveFrame(size_t s, uint64_t seq, std::vector<std::byte>&
   if (h.payload_length > max_payload_) {
     return Corrupt(fmt::format("payload length {} exceeds the negotiated {} bytes", h.payload_length, max_payload_));
   }
-  const auto codec = static_cast<CodecKind>(h.codec_flags);
-  if (codec != CodecKind::kNone && codec != CodecKind::kZstd && codec != CodecKind::kShuffleZstd) {
-    return Corrupt(fmt::format("codec flags 0x{:x} are not a known codec", h.codec_flags));
-  }
+  GM_ASSIGN_OR_RETURN(const CodecKind codec, CodecFromFlags(h.codec_flags));
   if (codec != CodecKind::kNone && h.type != wire::FrameType::kPages) {
     return Corrupt(fmt::format("{} frame carries codec flags 0x{:x}", wire::FrameTypeName(h.type), h.codec_flags));
   }
