@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/codec_choice/codec_choice.h"
 #include "engine/session/frame_sender.h"
 #include "engine/session/mailbox.h"
 #include "engine/session/page_hashes.h"
@@ -135,13 +136,8 @@ class Source {
 Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
   const CodecChoice& c = opt_.codec;
   codec_.assign(regions_.size(), CodecKind::kNone);
-  auto peer_has = [&](std::string_view cap) {
-    for (const auto& x : peer.capabilities()) {
-      if (x == cap) return true;
-    }
-    return false;
-  };
-  if (c.mode != CodecChoice::Mode::kNone && !(peer_has(wire::kCapZstd) && peer_has(wire::kCapShuffleZstd))) {
+  const std::vector<std::string> caps(peer.capabilities().begin(), peer.capabilities().end());
+  if (!PeerDecodes(caps, c)) {
     return InvalidArgument(fmt::format("handshake failed: codec {} was asked for but the destination cannot decode it",
                                        c.ToString()));
   }
@@ -149,22 +145,12 @@ Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
     const RegionInfo& r = regions_[i];
     MigrationReport::RegionCodec rc;
     rc.region = r.name;
-    if (c.mode == CodecChoice::Mode::kZstd) codec_[i] = CodecKind::kZstd;
-    if (c.mode == CodecChoice::Mode::kShuffleZstd) codec_[i] = CodecKind::kShuffleZstd;
-    if (c.mode == CodecChoice::Mode::kAuto) {
-      // Up to 1 MiB of non-zero pages, spread over the region.
-      std::vector<std::byte> sample, page(std::min<uint64_t>(r.page_size, r.size_bytes));
-      const uint64_t want = std::max<uint64_t>(1, (1u << 20) / r.page_size);
-      for (uint64_t k = 0; k < 4 * want && sample.size() < want * page.size(); ++k) {
-        uint64_t p = k * r.pages() / (4 * want);
-        if (p * r.page_size + page.size() > r.size_bytes) break;
-        GM_RETURN_IF_ERROR(dev_.Read(r.id, p * r.page_size, page).WithContext("codec sample"));
-        if (!IsZero(page)) sample.insert(sample.end(), page.begin(), page.end());
-      }
-      CodecSample cs = SampleCodecs(sample, c.level);
-      codec_[i] = ChooseCodec(cs, opt_.bandwidth_limit_bytes_per_s);
-      rc.sampled_zstd_ratio = cs.zstd_ratio;
-      rc.sampled_shuffle_ratio = cs.shuffle_ratio;
+    auto chosen = SampleAndChooseCodec(dev_, r, c, opt_.bandwidth_limit_bytes_per_s, SessionSampleOptions(r, c.level));
+    if (!chosen.ok()) return chosen.status().WithContext("codec sample");
+    codec_[i] = chosen->codec;
+    if (chosen->sample) {
+      rc.sampled_zstd_ratio = chosen->sample->codecs.zstd_ratio;
+      rc.sampled_shuffle_ratio = chosen->sample->codecs.shuffle_ratio;
     }
     rc.codec = std::string(CodecKindName(codec_[i]));
     report_.codecs.push_back(rc);
