@@ -9,6 +9,7 @@
 #include "engine/codec_choice/codec_choice.h"
 #include "engine/session/frame_sender.h"
 #include "engine/session/mailbox.h"
+#include "engine/session/page_classifier.h"
 #include "engine/session/page_hashes.h"
 #include "engine/session/switchover_policy.h"
 #include "gpumigrate/codec.h"
@@ -24,20 +25,6 @@ namespace v1 = wire::v1;
 
 double MsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-bool IsZero(std::span<const std::byte> bytes) {
-  const std::byte* p = bytes.data();
-  size_t n = bytes.size(), i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    if (w) return false;
-  }
-  for (; i < n; ++i) {
-    if (p[i] != std::byte{0}) return false;
-  }
-  return true;
 }
 
 v1::RegionHint ToWire(RegionHint h) {
@@ -231,6 +218,7 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
   uint64_t done = 0;
   uint64_t sent_before = sender_->bytes_sent();
   const gpumigrate::Phase phase = rr.final ? gpumigrate::Phase::kSwitchover : gpumigrate::Phase::kRoundStart;
+  PageClassifier pages;  // zero-page elision and per-page hashes, chunk by chunk
   for (size_t i : order_) {
     const RegionInfo& r = regions_[i];
     DirtyBitmap& set = sets_[i];
@@ -245,40 +233,28 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
         uint64_t len = std::min(n * ps, r.size_bytes - off);
         buf_.resize(len);
         GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_).WithContext(fmt::format("read region {}", r.name)));
-        // Split the chunk into runs of data pages and runs of zero pages.
-        uint64_t j = 0;
-        while (j < n) {
-          uint64_t k = j;
-          bool zero = IsZero(std::span(buf_).subspan(j * ps, std::min(ps, len - j * ps)));
-          while (k < n) {
-            auto page = std::span(buf_).subspan(k * ps, std::min(ps, len - k * ps));
-            bool z = (k == j) ? zero : IsZero(page);
-            if (z != zero) break;
-            if (z) {
-              hashes_.SetZero(i, p + k);
-            } else {
-              hashes_.Set(i, p + k, HashPage(page));
-            }
-            ++k;
+        pages.Classify(buf_, ps);
+        for (const PageRun& run : pages.runs()) {
+          for (uint64_t k = run.first_page; k < run.first_page + run.pages; ++k) {
+            hashes_.Set(i, p + k, pages.hashes()[k]);
           }
-          uint64_t sub_off = j * ps, sub_len = std::min(k * ps, len) - sub_off;
-          if (zero) {
-            rr.zero_pages += k - j;
+          if (run.zero) {
+            rr.zero_pages += run.pages;
             if (!skip_zero) {
-              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + sub_off,
-                                               static_cast<uint32_t>(sub_len), {}));
+              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
+                                               static_cast<uint32_t>(run.length_bytes), {}));
             }
           } else {
-            rr.pages_sent += k - j;
-            auto raw = std::span<const std::byte>(buf_).subspan(sub_off, sub_len);
+            rr.pages_sent += run.pages;
+            auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
             CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
             auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
-            rr.raw_bytes += sub_len;
+            rr.raw_bytes += run.length_bytes;
             rr.payload_bytes += payload.size();
-            GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + sub_off,
-                                             static_cast<uint32_t>(sub_len), payload, static_cast<uint8_t>(used)));
+            GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
+                                             static_cast<uint32_t>(run.length_bytes), payload,
+                                             static_cast<uint8_t>(used)));
           }
-          j = k;
         }
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);
         done += n * ps;
