@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/codec_choice/codec_choice.h"
 #include "gpumigrate/calibration.h"
 #include "gpumigrate/estimator.h"
 #include "gpumigrate/units.h"
@@ -61,13 +62,7 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
   // Compression: the ratio a codec effectively reaches on this link, capped by
   // how fast it compresses (min(ratio, speed / link)).
   for (auto& rp : r.modelled.regions) {
-    CodecKind k = CodecKind::kNone;
-    switch (o.codec.mode) {
-      case CodecChoice::Mode::kNone: k = CodecKind::kNone; break;
-      case CodecChoice::Mode::kZstd: k = CodecKind::kZstd; break;
-      case CodecChoice::Mode::kShuffleZstd: k = CodecKind::kShuffleZstd; break;
-      case CodecChoice::Mode::kAuto: k = ChooseCodec(rp.codecs, o.link_bytes_per_s); break;
-    }
+    CodecKind k = ChooseRegionCodec(o.codec, rp.codecs, o.link_bytes_per_s);
     rp.codec = std::string(CodecKindName(k));
     rp.compression_ratio = k == CodecKind::kNone ? 1.0 : EffectiveRatio(rp.codecs, k, p.bandwidth_mid);
   }

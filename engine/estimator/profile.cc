@@ -2,19 +2,15 @@
 // every interval; level j ORs 2^j consecutive syncs, so each full accumulator is
 // one sample of W(2^j * interval) (its window measured on the clock).
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
+#include "engine/codec_choice/codec_choice.h"
 #include "gpumigrate/dirty_tracker.h"
 #include "gpumigrate/estimator.h"
 
 namespace gpumigrate {
 namespace {
-
-bool IsZeroPage(const std::vector<std::byte>& page) {
-  return std::all_of(page.begin(), page.end(), [](std::byte b) { return b == std::byte{0}; });
-}
 
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -48,23 +44,19 @@ Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Cl
   GM_ASSIGN_OR_RETURN(PendingBytes pending, device.PendingExact());
   prof.device_state_bytes = pending.stop_copy_bytes;
 
-  // Non-zero fraction from evenly spread pages.
+  // Non-zero fraction and codec figures from evenly spread pages: the same
+  // sample-and-measure the source runs before choosing a codec.
+  RegionSampleOptions so;
+  so.spread_pages = opt.pages_sampled_per_region;
+  so.sample_bytes = opt.codec_sample_bytes;
+  so.level = opt.codec_level;
   for (const RegionInfo& r : regions) {
     RegionProfile rp;
     rp.info = r;
-    uint64_t n = std::min<uint64_t>(r.pages(), opt.pages_sampled_per_region);
-    uint64_t nonzero = 0;
-    std::vector<std::byte> page, codec_sample;
-    for (uint64_t i = 0; i < n; ++i) {
-      uint64_t p = i * r.pages() / n;
-      page.resize(std::min<uint64_t>(r.page_size, r.size_bytes - p * r.page_size));
-      GM_RETURN_IF_ERROR(device.Read(r.id, p * r.page_size, page).WithContext("estimator: sample pages"));
-      if (IsZeroPage(page)) continue;
-      ++nonzero;
-      if (codec_sample.size() < opt.codec_sample_bytes) codec_sample.insert(codec_sample.end(), page.begin(), page.end());
-    }
-    rp.nonzero_fraction = n ? static_cast<double>(nonzero) / static_cast<double>(n) : 0;
-    rp.codecs = SampleCodecs(codec_sample, opt.codec_level);
+    auto sample = SampleRegion(device, r, so);
+    if (!sample.ok()) return sample.status().WithContext("estimator: sample pages");
+    rp.nonzero_fraction = sample->nonzero_fraction();
+    rp.codecs = sample->codecs;
     prof.regions.push_back(std::move(rp));
   }
 

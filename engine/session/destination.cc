@@ -106,8 +106,7 @@ Status Destination::Handshake() {
   GM_ASSIGN_OR_RETURN(v1::Envelope hello, Next("Hello"));
   if (!hello.has_hello()) return Corrupt(fmt::format("protocol error: expected Hello, got {}", wire::EnvelopeKind(hello)));
   GM_RETURN_IF_ERROR(wire::CheckHello(hello.hello()));
-  GM_RETURN_IF_ERROR(
-      wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, {wire::kCapZstd, wire::kCapShuffleZstd})));
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, DecodeCapabilities())));
   GM_ASSIGN_OR_RETURN(v1::Envelope m, Next("Manifest"));
   if (!m.has_manifest()) return Corrupt(fmt::format("protocol error: expected Manifest, got {}", wire::EnvelopeKind(m)));
   return CheckManifest(m.manifest());

@@ -57,10 +57,7 @@ Status FrameReceiver::CheckHeader(const wire::FrameHeader& h, size_t s, uint64_t
   if (h.payload_length > max_payload_) {
     return Corrupt(fmt::format("payload length {} exceeds the negotiated {} bytes", h.payload_length, max_payload_));
   }
-  const auto codec = static_cast<CodecKind>(h.codec_flags);
-  if (codec != CodecKind::kNone && codec != CodecKind::kZstd && codec != CodecKind::kShuffleZstd) {
-    return Corrupt(fmt::format("codec flags 0x{:x} are not a known codec", h.codec_flags));
-  }
+  GM_ASSIGN_OR_RETURN(const CodecKind codec, CodecFromFlags(h.codec_flags));
   if (codec != CodecKind::kNone && h.type != wire::FrameType::kPages) {
     return Corrupt(fmt::format("{} frame carries codec flags 0x{:x}", wire::FrameTypeName(h.type), h.codec_flags));
   }

@@ -16,8 +16,10 @@
 
 #include <fmt/format.h>
 
+#include "engine/codec_choice/codec_choice.h"
 #include "engine/session/frame_sender.h"
 #include "engine/session/mailbox.h"
+#include "engine/session/page_classifier.h"
 #include "engine/session/page_hashes.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
@@ -30,20 +32,6 @@ namespace gpumigrate {
 namespace {
 
 namespace v1 = wire::v1;
-
-bool IsZero(std::span<const std::byte> bytes) {
-  const std::byte* p = bytes.data();
-  size_t n = bytes.size(), i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    if (w) return false;
-  }
-  for (; i < n; ++i) {
-    if (p[i] != std::byte{0}) return false;
-  }
-  return true;
-}
 
 v1::RegionHint ToWire(RegionHint h) {
   switch (h) {
@@ -168,13 +156,8 @@ class Source {
 Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
   const CodecChoice& c = opt_.codec;
   codec_.assign(regions_.size(), CodecKind::kNone);
-  auto peer_has = [&](std::string_view cap) {
-    for (const auto& x : peer.capabilities()) {
-      if (x == cap) return true;
-    }
-    return false;
-  };
-  if (c.mode != CodecChoice::Mode::kNone && !(peer_has(wire::kCapZstd) && peer_has(wire::kCapShuffleZstd))) {
+  const std::vector<std::string> caps(peer.capabilities().begin(), peer.capabilities().end());
+  if (!PeerDecodes(caps, c)) {
     return InvalidArgument(fmt::format("handshake failed: codec {} was asked for but the destination cannot decode it",
                                        c.ToString()));
   }
@@ -182,22 +165,12 @@ Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
     const RegionInfo& r = regions_[i];
     MigrationReport::RegionCodec rc;
     rc.region = r.name;
-    if (c.mode == CodecChoice::Mode::kZstd) codec_[i] = CodecKind::kZstd;
-    if (c.mode == CodecChoice::Mode::kShuffleZstd) codec_[i] = CodecKind::kShuffleZstd;
-    if (c.mode == CodecChoice::Mode::kAuto) {
-      // Up to 1 MiB of non-zero pages, spread over the region.
-      std::vector<std::byte> sample, page(std::min<uint64_t>(r.page_size, r.size_bytes));
-      const uint64_t want = std::max<uint64_t>(1, (1u << 20) / r.page_size);
-      for (uint64_t k = 0; k < 4 * want && sample.size() < want * page.size(); ++k) {
-        uint64_t p = k * r.pages() / (4 * want);
-        if (p * r.page_size + page.size() > r.size_bytes) break;
-        GM_RETURN_IF_ERROR(dev_.Read(r.id, p * r.page_size, page).WithContext("codec sample"));
-        if (!IsZero(page)) sample.insert(sample.end(), page.begin(), page.end());
-      }
-      CodecSample cs = SampleCodecs(sample, c.level);
-      codec_[i] = ChooseCodec(cs, opt_.bandwidth_limit_bytes_per_s);
-      rc.sampled_zstd_ratio = cs.zstd_ratio;
-      rc.sampled_shuffle_ratio = cs.shuffle_ratio;
+    auto chosen = SampleAndChooseCodec(dev_, r, c, opt_.bandwidth_limit_bytes_per_s, SessionSampleOptions(r, c.level));
+    if (!chosen.ok()) return chosen.status().WithContext("codec sample");
+    codec_[i] = chosen->codec;
+    if (chosen->sample) {
+      rc.sampled_zstd_ratio = chosen->sample->codecs.zstd_ratio;
+      rc.sampled_shuffle_ratio = chosen->sample->codecs.shuffle_ratio;
     }
     rc.codec = std::string(CodecKindName(codec_[i]));
     report_.codecs.push_back(rc);
@@ -275,6 +248,7 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
   uint64_t done = 0;
   uint64_t sent_before = sender_->bytes_sent();
   const Phase phase = rr.final ? Phase::kSwitchover : Phase::kRoundStart;
+  PageClassifier pages;  // zero-page elision and per-page hashes, chunk by chunk
   for (size_t i : order_) {
     const RegionInfo& r = regions_[i];
     DirtyBitmap& set = sets_[i];
@@ -289,40 +263,28 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
         uint64_t len = std::min(n * ps, r.size_bytes - off);
         buf_.resize(len);
         GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_).WithContext(fmt::format("read region {}", r.name)));
-        // Split the chunk into runs of data pages and runs of zero pages.
-        uint64_t j = 0;
-        while (j < n) {
-          uint64_t k = j;
-          bool zero = IsZero(std::span(buf_).subspan(j * ps, std::min(ps, len - j * ps)));
-          while (k < n) {
-            auto page = std::span(buf_).subspan(k * ps, std::min(ps, len - k * ps));
-            bool z = (k == j) ? zero : IsZero(page);
-            if (z != zero) break;
-            if (z) {
-              hashes_.SetZero(i, p + k);
-            } else {
-              hashes_.Set(i, p + k, HashPage(page));
-            }
-            ++k;
+        pages.Classify(buf_, ps);
+        for (const PageRun& run : pages.runs()) {
+          for (uint64_t k = run.first_page; k < run.first_page + run.pages; ++k) {
+            hashes_.Set(i, p + k, pages.hashes()[k]);
           }
-          uint64_t sub_off = j * ps, sub_len = std::min(k * ps, len) - sub_off;
-          if (zero) {
-            rr.zero_pages += k - j;
+          if (run.zero) {
+            rr.zero_pages += run.pages;
             if (!skip_zero) {
-              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + sub_off,
-                                               static_cast<uint32_t>(sub_len), {}));
+              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
+                                               static_cast<uint32_t>(run.length_bytes), {}));
             }
           } else {
-            rr.pages_sent += k - j;
-            auto raw = std::span<const std::byte>(buf_).subspan(sub_off, sub_len);
+            rr.pages_sent += run.pages;
+            auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
             CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
             auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
-            rr.raw_bytes += sub_len;
+            rr.raw_bytes += run.length_bytes;
             rr.payload_bytes += payload.size();
-            GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + sub_off,
-                                             static_cast<uint32_t>(sub_len), payload, static_cast<uint8_t>(used)));
+            GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
+                                             static_cast<uint32_t>(run.length_bytes), payload,
+                                             static_cast<uint8_t>(used)));
           }
-          j = k;
         }
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);
         done += n * ps;

@@ -5,55 +5,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iterator>
+#include <optional>
 
 #include <fmt/format.h>
 
 namespace gpumigrate {
-
-std::string_view CodecKindName(CodecKind k) {
-  switch (k) {
-    case CodecKind::kNone: return "none";
-    case CodecKind::kZstd: return "zstd";
-    case CodecKind::kShuffleZstd: return "shuffle-zstd";
-  }
-  return "unknown";
-}
-
-std::string CodecChoice::ToString() const {
-  switch (mode) {
-    case Mode::kNone: return "none";
-    case Mode::kZstd: return fmt::format("zstd:{}", level);
-    case Mode::kShuffleZstd: return fmt::format("shuffle:{}", level);
-    case Mode::kAuto: return fmt::format("auto:{}", level);
-  }
-  return "none";
-}
-
-Result<CodecChoice> ParseCodecChoice(std::string_view text) {
-  CodecChoice c;
-  std::string_view name = text.substr(0, text.find(':'));
-  if (name == "none") c.mode = CodecChoice::Mode::kNone;
-  else if (name == "zstd") c.mode = CodecChoice::Mode::kZstd;
-  else if (name == "shuffle" || name == "shuffle-zstd") c.mode = CodecChoice::Mode::kShuffleZstd;
-  else if (name == "auto") c.mode = CodecChoice::Mode::kAuto;
-  else {
-    return InvalidArgument(fmt::format("codec: '{}' is not one of none, zstd[:LEVEL], shuffle[:LEVEL], auto", text));
-  }
-  if (size_t colon = text.find(':'); colon != std::string_view::npos) {
-    std::string level(text.substr(colon + 1));
-    try {
-      size_t used = 0;
-      c.level = std::stoi(level, &used);
-      if (used != level.size()) throw std::invalid_argument("trailing");
-    } catch (...) {
-      return InvalidArgument(fmt::format("codec: level '{}' in '{}' is not a number", level, text));
-    }
-    if (c.level < 1 || c.level > ZSTD_maxCLevel()) {
-      return InvalidArgument(fmt::format("codec: level {} is outside 1..{}", c.level, ZSTD_maxCLevel()));
-    }
-  }
-  return c;
-}
 
 namespace {
 
@@ -79,68 +36,227 @@ void Unshuffle16(std::span<const std::byte> in, std::byte* out) {
 
 }  // namespace
 
-struct FrameEncoder::Impl {
-  ZSTD_CCtx* cctx = ZSTD_createCCtx();
+struct CodecContext {
+  ZSTD_CCtx* cctx = nullptr;  // created on first use: an encoder never decodes and the reverse
+  ZSTD_DCtx* dctx = nullptr;
   std::vector<std::byte> planes;
-  ~Impl() { ZSTD_freeCCtx(cctx); }
+  ~CodecContext() {
+    ZSTD_freeCCtx(cctx);
+    ZSTD_freeDCtx(dctx);
+  }
 };
 
-FrameEncoder::FrameEncoder() : impl_(std::make_unique<Impl>()) {}
-FrameEncoder::~FrameEncoder() = default;
+namespace {
 
-CodecKind FrameEncoder::Encode(CodecKind kind, int level, std::span<const std::byte> raw, std::vector<std::byte>& out) {
-  if (kind == CodecKind::kNone || raw.empty()) return CodecKind::kNone;
-  std::span<const std::byte> src = raw;
-  if (kind == CodecKind::kShuffleZstd) {
-    impl_->planes.resize(raw.size());
-    Shuffle16(raw, impl_->planes.data());
-    src = impl_->planes;
-  }
+bool ZstdCompress(CodecContext& ctx, int level, std::span<const std::byte> src, std::vector<std::byte>& out) {
+  if (ctx.cctx == nullptr) ctx.cctx = ZSTD_createCCtx();
   out.resize(ZSTD_compressBound(src.size()));
   // Content checksum on: a damaged payload fails to decode instead of decoding
   // to other bytes (the frame tag catches wire damage; this catches the rest).
-  ZSTD_CCtx_setParameter(impl_->cctx, ZSTD_c_compressionLevel, level);
-  ZSTD_CCtx_setParameter(impl_->cctx, ZSTD_c_checksumFlag, 1);
-  size_t n = ZSTD_compress2(impl_->cctx, out.data(), out.size(), src.data(), src.size());
-  if (ZSTD_isError(n) || n >= raw.size()) return CodecKind::kNone;
+  ZSTD_CCtx_setParameter(ctx.cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(ctx.cctx, ZSTD_c_checksumFlag, 1);
+  size_t n = ZSTD_compress2(ctx.cctx, out.data(), out.size(), src.data(), src.size());
+  if (ZSTD_isError(n)) return false;
   out.resize(n);
-  return kind;
+  return true;
 }
 
-struct FrameDecoder::Impl {
-  ZSTD_DCtx* dctx = ZSTD_createDCtx();
-  std::vector<std::byte> planes;
-  ~Impl() { ZSTD_freeDCtx(dctx); }
-};
-
-FrameDecoder::FrameDecoder() : impl_(std::make_unique<Impl>()) {}
-FrameDecoder::~FrameDecoder() = default;
-
-Status FrameDecoder::Decode(CodecKind kind, std::span<const std::byte> payload, std::span<std::byte> raw) {
-  if (kind != CodecKind::kZstd && kind != CodecKind::kShuffleZstd) {
-    return Corrupt(fmt::format("codec flags {} are not a known codec", static_cast<int>(kind)));
-  }
+// Decodes a zstd frame into exactly dst.size() bytes; `name` is the codec's, for messages.
+Status ZstdDecompress(CodecContext& ctx, std::string_view name, std::span<const std::byte> payload,
+                      std::span<std::byte> dst) {
   // The content size in the zstd frame must match the header before anything is decoded.
   unsigned long long declared = ZSTD_getFrameContentSize(payload.data(), payload.size());
   if (declared == ZSTD_CONTENTSIZE_ERROR || declared == ZSTD_CONTENTSIZE_UNKNOWN) {
-    return Corrupt(fmt::format("{} payload is not a zstd frame with a known size", CodecKindName(kind)));
+    return Corrupt(fmt::format("{} payload is not a zstd frame with a known size", name));
   }
-  if (declared != raw.size()) {
-    return Corrupt(fmt::format("{} payload decodes to {} bytes, the header says {}", CodecKindName(kind), declared,
-                               raw.size()));
+  if (declared != dst.size()) {
+    return Corrupt(fmt::format("{} payload decodes to {} bytes, the header says {}", name, declared, dst.size()));
   }
-  std::byte* dst = raw.data();
-  if (kind == CodecKind::kShuffleZstd) {
-    impl_->planes.resize(raw.size());
-    dst = impl_->planes.data();
-  }
-  size_t n = ZSTD_decompressDCtx(impl_->dctx, dst, raw.size(), payload.data(), payload.size());
+  if (ctx.dctx == nullptr) ctx.dctx = ZSTD_createDCtx();
+  size_t n = ZSTD_decompressDCtx(ctx.dctx, dst.data(), dst.size(), payload.data(), payload.size());
   if (ZSTD_isError(n)) return Corrupt(fmt::format("zstd: {}", ZSTD_getErrorName(n)));
-  if (n != raw.size()) {
-    return Corrupt(fmt::format("{} payload decoded to {} bytes, the header says {}", CodecKindName(kind), n, raw.size()));
+  if (n != dst.size()) {
+    return Corrupt(fmt::format("{} payload decoded to {} bytes, the header says {}", name, n, dst.size()));
   }
-  if (kind == CodecKind::kShuffleZstd) Unshuffle16(impl_->planes, raw.data());
   return Status::Ok();
+}
+
+Status DecodeNone(CodecContext&, std::span<const std::byte> payload, std::span<std::byte> raw) {
+  if (payload.size() != raw.size()) {
+    return Corrupt(fmt::format("none payload is {} bytes, the header says {}", payload.size(), raw.size()));
+  }
+  if (!raw.empty()) std::memcpy(raw.data(), payload.data(), raw.size());
+  return Status::Ok();
+}
+
+bool EncodeZstd(CodecContext& ctx, int level, std::span<const std::byte> raw, std::vector<std::byte>& out) {
+  return ZstdCompress(ctx, level, raw, out);
+}
+
+Status DecodeZstd(CodecContext& ctx, std::span<const std::byte> payload, std::span<std::byte> raw) {
+  return ZstdDecompress(ctx, "zstd", payload, raw);
+}
+
+bool EncodeShuffleZstd(CodecContext& ctx, int level, std::span<const std::byte> raw, std::vector<std::byte>& out) {
+  ctx.planes.resize(raw.size());
+  Shuffle16(raw, ctx.planes.data());
+  return ZstdCompress(ctx, level, ctx.planes, out);
+}
+
+Status DecodeShuffleZstd(CodecContext& ctx, std::span<const std::byte> payload, std::span<std::byte> raw) {
+  ctx.planes.resize(raw.size());
+  GM_RETURN_IF_ERROR(ZstdDecompress(ctx, "shuffle-zstd", payload, ctx.planes));
+  Unshuffle16(ctx.planes, raw.data());
+  return Status::Ok();
+}
+
+// The registry. Index == codec_flags; names, capabilities and values are wire
+// and report bytes (transport/wire/FORMAT.md, the golden files): never change one.
+constexpr CodecInfo kCodecs[] = {
+    {CodecKind::kNone, "none", "none", CodecChoice::Mode::kNone, "", nullptr, nullptr, nullptr, DecodeNone},
+    {CodecKind::kZstd, "zstd", "zstd", CodecChoice::Mode::kZstd, "codec:zstd", &CodecSample::zstd_ratio,
+     &CodecSample::zstd_bytes_per_s, EncodeZstd, DecodeZstd},
+    {CodecKind::kShuffleZstd, "shuffle-zstd", "shuffle", CodecChoice::Mode::kShuffleZstd, "codec:shuffle16-zstd",
+     &CodecSample::shuffle_ratio, &CodecSample::shuffle_bytes_per_s, EncodeShuffleZstd, DecodeShuffleZstd},
+};
+
+constexpr bool FlagsAreIndices() {
+  for (size_t i = 0; i < std::size(kCodecs); ++i) {
+    if (static_cast<size_t>(kCodecs[i].kind) != i) return false;
+  }
+  return true;
+}
+static_assert(FlagsAreIndices(), "kCodecs[i] must be the codec whose codec_flags is i");
+
+}  // namespace
+
+std::span<const CodecInfo> Codecs() { return kCodecs; }
+
+const CodecInfo* FindCodec(uint8_t codec_flags) {
+  return codec_flags < std::size(kCodecs) ? &kCodecs[codec_flags] : nullptr;
+}
+
+Result<CodecKind> CodecFromFlags(uint8_t codec_flags) {
+  const CodecInfo* c = FindCodec(codec_flags);
+  if (c == nullptr) return Corrupt(fmt::format("codec flags 0x{:x} are not a known codec", codec_flags));
+  return c->kind;
+}
+
+const CodecInfo* FindCodecByName(std::string_view name) {
+  for (const CodecInfo& c : kCodecs) {
+    if (name == c.name || name == c.flag_name) return &c;
+  }
+  return nullptr;
+}
+
+const CodecInfo& CodecOf(CodecKind k) {
+  const CodecInfo* c = FindCodec(static_cast<uint8_t>(k));
+  return c != nullptr ? *c : kCodecs[0];
+}
+
+std::optional<CodecKind> FixedCodec(const CodecChoice& choice) {
+  for (const CodecInfo& c : kCodecs) {
+    if (c.mode == choice.mode) return c.kind;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> DecodeCapabilities() {
+  std::vector<std::string> caps;
+  for (const CodecInfo& c : kCodecs) {
+    if (!c.capability.empty()) caps.emplace_back(c.capability);
+  }
+  return caps;
+}
+
+bool PeerDecodes(const std::vector<std::string>& peer_capabilities, CodecKind k) {
+  const CodecInfo* c = FindCodec(static_cast<uint8_t>(k));
+  if (c == nullptr) return false;
+  if (c->capability.empty()) return true;
+  return std::find(peer_capabilities.begin(), peer_capabilities.end(), c->capability) != peer_capabilities.end();
+}
+
+bool PeerDecodes(const std::vector<std::string>& peer_capabilities, const CodecChoice& choice) {
+  if (std::optional<CodecKind> k = FixedCodec(choice)) return PeerDecodes(peer_capabilities, *k);
+  for (const CodecInfo& c : kCodecs) {
+    if (!PeerDecodes(peer_capabilities, c.kind)) return false;
+  }
+  return true;
+}
+
+bool IsZeroPage(std::span<const std::byte> page) {
+  const std::byte* p = page.data();
+  size_t n = page.size(), i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    if (w) return false;
+  }
+  for (; i < n; ++i) {
+    if (p[i] != std::byte{0}) return false;
+  }
+  return true;
+}
+
+std::string_view CodecKindName(CodecKind k) {
+  const CodecInfo* c = FindCodec(static_cast<uint8_t>(k));
+  return c != nullptr ? c->name : "unknown";
+}
+
+std::string CodecChoice::ToString() const {
+  if (mode == Mode::kAuto) return fmt::format("auto:{}", level);
+  const CodecInfo& c = CodecOf(FixedCodec(*this).value_or(CodecKind::kNone));
+  // A codec that compresses carries its level; none has none.
+  return c.compresses() ? fmt::format("{}:{}", c.flag_name, level) : std::string(c.flag_name);
+}
+
+Result<CodecChoice> ParseCodecChoice(std::string_view text) {
+  CodecChoice c;
+  std::string_view name = text.substr(0, text.find(':'));
+  if (name == "auto") {
+    c.mode = CodecChoice::Mode::kAuto;
+  } else if (const CodecInfo* info = FindCodecByName(name)) {
+    c.mode = info->mode;
+  } else {
+    std::string names;
+    for (const CodecInfo& k : kCodecs) {
+      names += fmt::format("{}{}, ", k.flag_name, k.compresses() ? "[:LEVEL]" : "");
+    }
+    return InvalidArgument(fmt::format("codec: '{}' is not one of {}auto", text, names));
+  }
+  if (size_t colon = text.find(':'); colon != std::string_view::npos) {
+    std::string level(text.substr(colon + 1));
+    try {
+      size_t used = 0;
+      c.level = std::stoi(level, &used);
+      if (used != level.size()) throw std::invalid_argument("trailing");
+    } catch (...) {
+      return InvalidArgument(fmt::format("codec: level '{}' in '{}' is not a number", level, text));
+    }
+    if (c.level < 1 || c.level > ZSTD_maxCLevel()) {
+      return InvalidArgument(fmt::format("codec: level {} is outside 1..{}", c.level, ZSTD_maxCLevel()));
+    }
+  }
+  return c;
+}
+
+FrameEncoder::FrameEncoder() : ctx_(std::make_unique<CodecContext>()) {}
+FrameEncoder::~FrameEncoder() = default;
+
+CodecKind FrameEncoder::Encode(CodecKind kind, int level, std::span<const std::byte> raw, std::vector<std::byte>& out) {
+  const CodecInfo* c = FindCodec(static_cast<uint8_t>(kind));
+  if (c == nullptr || !c->compresses() || raw.empty()) return CodecKind::kNone;
+  if (!c->encode(*ctx_, level, raw, out) || out.size() >= raw.size()) return CodecKind::kNone;
+  return kind;
+}
+
+FrameDecoder::FrameDecoder() : ctx_(std::make_unique<CodecContext>()) {}
+FrameDecoder::~FrameDecoder() = default;
+
+Status FrameDecoder::Decode(CodecKind kind, std::span<const std::byte> payload, std::span<std::byte> raw) {
+  const CodecInfo* c = FindCodec(static_cast<uint8_t>(kind));
+  if (c == nullptr) return Corrupt(fmt::format("codec flags {} are not a known codec", static_cast<int>(kind)));
+  return c->decode(*ctx_, payload, raw);
 }
 
 CodecSample SampleCodecs(std::span<const std::byte> pages, int level) {
@@ -172,27 +288,28 @@ CodecSample SampleCodecs(std::span<const std::byte> pages, int level) {
     } while (done < (8u << 20) || secs < 0.02);
     *speed = static_cast<double>(done) / secs;
   };
-  measure(CodecKind::kZstd, &s.zstd_ratio, &s.zstd_bytes_per_s);
-  measure(CodecKind::kShuffleZstd, &s.shuffle_ratio, &s.shuffle_bytes_per_s);
+  for (const CodecInfo& c : Codecs()) {
+    if (c.compresses()) measure(c.kind, &(s.*c.sampled_ratio), &(s.*c.sampled_bytes_per_s));
+  }
   return s;
 }
 
 double EffectiveRatio(const CodecSample& s, CodecKind k, double link) {
-  if (k == CodecKind::kNone || link <= 0) return 1.0;
-  double ratio = k == CodecKind::kZstd ? s.zstd_ratio : s.shuffle_ratio;
-  double speed = k == CodecKind::kZstd ? s.zstd_bytes_per_s : s.shuffle_bytes_per_s;
-  return std::min(ratio, speed / link);
+  const CodecInfo& c = CodecOf(k);
+  if (!c.compresses() || link <= 0) return 1.0;
+  return std::min(s.*c.sampled_ratio, s.*c.sampled_bytes_per_s / link);
 }
 
 CodecKind ChooseCodec(const CodecSample& s, double link) {
   if (link <= 0) return CodecKind::kNone;
   CodecKind best = CodecKind::kNone;
   double best_ratio = 1.0;
-  for (CodecKind k : {CodecKind::kZstd, CodecKind::kShuffleZstd}) {
-    double r = EffectiveRatio(s, k, link);
+  for (const CodecInfo& c : Codecs()) {
+    if (!c.compresses()) continue;
+    double r = EffectiveRatio(s, c.kind, link);
     // Demand a clear gain: a few percent is within the noise of the speed sample.
     if (r > best_ratio * 1.05) {
-      best = k;
+      best = c.kind;
       best_ratio = r;
     }
   }

@@ -22,7 +22,10 @@ namespace gpumigrate::wire {
 constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kOldestProtocolVersion = 1;  // the previous version, once there is one
 constexpr uint32_t kMaxControlMessageBytes = 16 << 20;
-// Hello capabilities: the payload codecs a peer can decode.
+// Hello capabilities: the payload codecs a peer can decode. The session takes
+// them from the codec registry (gpumigrate/codec.h, Codecs()); these spellings
+// are what the golden files pin, and tests/unit/codec/registry_test.cc keeps the
+// two equal.
 constexpr const char* kCapZstd = "codec:zstd";
 constexpr const char* kCapShuffleZstd = "codec:shuffle16-zstd";
 
