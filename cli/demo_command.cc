@@ -53,6 +53,31 @@ int UsageError(const Status& s) {
   return 2;
 }
 
+struct DemoDevices {
+  std::unique_ptr<SimDevice> source, dest;
+};
+
+// The source starts its workload; it warms up while the destination allocates.
+Result<DemoDevices> CreateDevices(const SimSpec& spec, std::chrono::nanoseconds warmup, ProgressPrinter& progress) {
+  DemoDevices d;
+  GM_ASSIGN_OR_RETURN(d.source, SimDevice::Create(spec, SimRole::kSource));
+  uint64_t device_bytes = 0;
+  for (const auto& r : d.source->Regions()) device_bytes += r.size_bytes;
+  progress.Note(fmt::format("source: {} ({}), workload running", d.source->Describe(),
+                            FormatBytes(static_cast<double>(device_bytes))));
+  auto t_alloc = std::chrono::steady_clock::now();
+  GM_ASSIGN_OR_RETURN(d.dest, SimDevice::Create(spec, SimRole::kDestination));
+  auto alloc_time = std::chrono::steady_clock::now() - t_alloc;
+  progress.Note(fmt::format("destination: {} of device memory allocated in {:.2f} s",
+                            FormatBytes(static_cast<double>(device_bytes)),
+                            std::chrono::duration<double>(alloc_time).count()));
+  if (alloc_time < warmup) std::this_thread::sleep_for(warmup - alloc_time);
+  return d;
+}
+
+void PrintDemo(const DemoFlags& f, const MigrationReport& r, const std::optional<EstimateReport>& estimate,
+               const std::string& security, uint64_t source_kernels_during, const std::optional<SimResumeCheck>& check);
+
 }  // namespace
 
 int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
@@ -79,23 +104,10 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   opt.destination.cancel = &cancel;
 
   ProgressPrinter progress(stderr);
-  auto src = SimDevice::Create(*spec, SimRole::kSource);
-  if (!src.ok()) return UsageError(src.status());
-  SimDevice& source = **src;
-  uint64_t device_bytes = 0;
-  for (const auto& r : source.Regions()) device_bytes += r.size_bytes;
-  progress.Note(fmt::format("source: {} ({}), workload running", source.Describe(),
-                            FormatBytes(static_cast<double>(device_bytes))));
-  // The workload warms up while the destination allocates its memory.
-  auto t_alloc = std::chrono::steady_clock::now();
-  auto dst = SimDevice::Create(*spec, SimRole::kDestination);
-  if (!dst.ok()) return UsageError(dst.status());
-  SimDevice& dest = **dst;
-  auto alloc_time = std::chrono::steady_clock::now() - t_alloc;
-  progress.Note(fmt::format("destination: {} of device memory allocated in {:.2f} s",
-                            FormatBytes(static_cast<double>(device_bytes)),
-                            std::chrono::duration<double>(alloc_time).count()));
-  if (alloc_time < *warmup) std::this_thread::sleep_for(*warmup - alloc_time);
+  auto devices = CreateDevices(*spec, *warmup, progress);
+  if (!devices.ok()) return UsageError(devices.status());
+  SimDevice& source = *devices->source;
+  SimDevice& dest = *devices->dest;
   progress.Note(fmt::format("migrating over {} data stream{} ({}){}", f.src.streams, f.src.streams == 1 ? "" : "s",
                             f.transport == "memory" ? "in memory" : "loopback TCP",
                             f.src.bandwidth.empty() ? "" : ", capped at " + f.src.bandwidth));
@@ -104,22 +116,19 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
     if (p == Phase::kSwitchover) progress.Note(fmt::format("switchover: stopping the source after {} rounds", round));
   };
   // The switchover rule uses the calibrated fixed cost when this host has one.
-  if (auto cal = LoadStoredCalibration(); cal.ok()) {
-    opt.source.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
-  }
+  opt.source.switchover_fixed_cost = StoredFixedCost(opt.source.switchover_fixed_cost);
   // --dry-run: the estimator's prediction first, from observation alone.
   std::optional<EstimateReport> estimate;
   if (f.dry_run) {
     auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return UsageError(eo.status());
     progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));
-    auto er = EstimateDevice(source, *eo, SystemClock());
+    auto er = EstimateForProbe(source, *eo, opt.source, SystemClock());
     if (!er.ok()) {
       fmt::print(stderr, "gpumigrate demo: {}\n", er.status().message());
       return 1;
     }
     estimate = std::move(er).value();
-    opt.source.switchover_fixed_cost = estimate->params.fixed_cost;
     progress.Note(fmt::format("estimate: {}, stun {:.1f} ms in {} rounds; now probing for real",
                               EstimateDecisionName(estimate->prediction.decision), estimate->prediction.mid.stun_ms,
                               estimate->prediction.mid.rounds.size()));
@@ -133,42 +142,47 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   uint64_t source_kernels_during = source.KernelsRun() - kernels_at_start;
 
   // The destination keeps the workload going; then it checks its own memory.
-  ResumeCheck check;
+  std::optional<SimResumeCheck> check;
   int exit_code = ExitCodeFor(res.source);
   if (res.source.outcome == Outcome::kCompleted) {
-    check = RunResumeCheck(dest, *run_after);
-    if (!check.ok) exit_code = 1;
+    check = RunResumeCheck(dest, *run_after, SystemClock());
+    if (!check->ok()) exit_code = 1;
   }
-  nlohmann::ordered_json dest_json = check.json.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json::parse(check.json);
-  const std::string& dest_line = check.line;
 
-  if (estimate) {
-    if (f.json) {
-      auto j = nlohmann::ordered_json::parse(ReportToJson(res.source));
-      j["estimate"] = nlohmann::ordered_json::parse(EstimateToJson(*estimate));
-      fmt::print("{}\n", j.dump());
-    } else {
-      PrintProbe(stdout, "gpumigrate demo", res.source, *estimate);
-    }
-    return res.source.status.ok() ? 0 : ExitCodeFor(res.source);
-  }
-  if (f.json) {
-    auto j = nlohmann::ordered_json::parse(ReportToJson(res.source));
-    j["source_kernels_during_migration"] = source_kernels_during;
-    j["security"] = security;
-    if (!dest_json.empty()) j["destination"] = dest_json;
-    fmt::print("{}\n", j.dump());
-  } else {
-    PrintReport(stdout, "gpumigrate demo", res.source);
-    fmt::print("  security:   {}\n", security);
-    fmt::print("  workload:   {} kernels ran on the source while it was being migrated\n", source_kernels_during);
-    if (!dest_line.empty()) fmt::print("{}\n", dest_line);
-  }
+  PrintDemo(f, res.source, estimate, security, source_kernels_during, check);
   if (res.source.outcome != Outcome::kCompleted && res.destination.outcome != Outcome::kAborted) {
     fmt::print(stderr, "destination: {} ({})\n", OutcomeName(res.destination.outcome),
                res.destination.status.message());
   }
-  return exit_code;
+  return estimate ? (res.source.status.ok() ? 0 : ExitCodeFor(res.source)) : exit_code;
 }
+
+namespace {
+
+void PrintDemo(const DemoFlags& f, const MigrationReport& r, const std::optional<EstimateReport>& estimate,
+               const std::string& security, uint64_t source_kernels_during, const std::optional<SimResumeCheck>& check) {
+  if (estimate) {
+    if (f.json) {
+      fmt::print("{}\n", ProbeReportToJson(r, *estimate));
+    } else {
+      PrintProbe(stdout, "gpumigrate demo", r, *estimate);
+    }
+    return;
+  }
+  if (f.json) {
+    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+    j["source_kernels_during_migration"] = source_kernels_during;
+    j["security"] = security;
+    if (check) j["destination"] = nlohmann::ordered_json::parse(check->ToJson());
+    fmt::print("{}\n", j.dump());
+  } else {
+    PrintReport(stdout, "gpumigrate demo", r);
+    fmt::print("  security:   {}\n", security);
+    fmt::print("  workload:   {} kernels ran on the source while it was being migrated\n", source_kernels_during);
+    if (check) fmt::print("{}\n", check->ToLine());
+  }
+}
+
+}  // namespace
 
 }  // namespace gpumigrate::cli

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "cli/device_open.h"
+#include "gpumigrate/open_device.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/units.h"
 
@@ -131,7 +131,8 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
                rp.codecs.zstd_ratio, FormatRate(rp.codecs.zstd_bytes_per_s), rp.codecs.shuffle_ratio,
                FormatRate(rp.codecs.shuffle_bytes_per_s), rp.codec, rp.compression_ratio);
   }
-  fmt::print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(), p.mid.stop_reason);
+  fmt::print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(),
+             StopReasonName(p.mid.stop_reason));
   fmt::print(out, "  {:>6}  {:>12}  {:>10}\n", "round", "bytes", "ms");
   for (const auto& x : p.mid.rounds) {
     fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}\n", x.round, FormatBytes(x.bytes), x.seconds * 1e3);

@@ -26,6 +26,25 @@ void OnSignal(int) {
   if (g_cancel.exchange(true)) std::_Exit(130);
 }
 
+// "demo, estimate, migrate, ..." in the order they were added.
+std::string CommandNames(CLI::App& app) {
+  std::string names;
+  for (CLI::App* sc : app.get_subcommands(std::function<bool(CLI::App*)>())) {
+    names += (names.empty() ? "" : ", ") + sc->get_name();
+  }
+  return names;
+}
+
+// A first word that is no command: name it and list the real ones (CLI11 would
+// only say that a subcommand is required).
+bool IsUnknownCommand(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  for (CLI::App* sc : app.get_subcommands(std::function<bool(CLI::App*)>())) {
+    if (sc->check_name(argv[1])) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -59,6 +78,11 @@ int main(int argc, char** argv) {
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
   help_cmd->add_option("command", help_topic, "The command to describe");
 
+  if (IsUnknownCommand(app, argc, argv)) {
+    fmt::print(stderr, "gpumigrate: unknown command '{}'; the commands are: {} (gpumigrate --help describes them)\n",
+               argv[1], CommandNames(app));
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -75,7 +99,7 @@ int main(int argc, char** argv) {
       std::cout << app.get_subcommand(help_topic)->help();
       return 0;
     } catch (const CLI::OptionNotFound&) {
-      fmt::print(stderr, "gpumigrate help: no command '{}' (try: gpumigrate --help)\n", help_topic);
+      fmt::print(stderr, "gpumigrate help: no command '{}'; the commands are: {}\n", help_topic, CommandNames(app));
       return 2;
     }
   }

@@ -8,11 +8,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/crash_hook.h"
-#include "cli/device_open.h"
 #include "cli/estimate_command.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
+#include "gpumigrate/open_device.h"
 #include "gpumigrate/proc.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/units.h"
@@ -99,6 +99,32 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   return c;
 }
 
+namespace {
+
+// The report of a migration that never reached the receiver: the source never
+// left RUNNING.
+MigrationReport ConnectFailed(const Status& why) {
+  MigrationReport r;
+  r.outcome = Outcome::kAborted;
+  r.status = why;
+  r.failed_phase = {Step::kConnect};
+  r.resolution = "the source is RUNNING; nothing was sent";
+  return r;
+}
+
+void PrintMigrateReport(const MigrateFlags& f, const MigrationReport& r, const std::string& security) {
+  if (f.json) {
+    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+    j["security"] = security;
+    fmt::print("{}\n", j.dump());
+  } else {
+    PrintReport(stdout, "gpumigrate migrate", r);
+    fmt::print("  security:   {}\n", security);
+  }
+}
+
+}  // namespace
+
 int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   auto tls = MakeTls(f.tls);
   if (!tls.ok()) return Usage("migrate", tls.status());
@@ -114,9 +140,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   SourceOptions o = *opts;
   o.cancel = &cancel;
   o.dry_run = f.dry_run;
-  if (auto cal = LoadStoredCalibration(); cal.ok()) {
-    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
-  }
+  o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
   auto opened = OpenDevice(f.device, true);
   if (!opened.ok()) return Usage("migrate", opened.status());
   Device* src = opened->device.get();
@@ -131,29 +155,20 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   if (f.dry_run) {
     auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return Usage("migrate", eo.status());
-    auto er = EstimateDevice(*src, *eo, SystemClock());
+    auto er = EstimateForProbe(*src, *eo, o, SystemClock());
     if (!er.ok()) {
       fmt::print(stderr, "gpumigrate migrate: {}\n", er.status().message());
       return 1;
     }
     estimate = std::move(er).value();
-    o.switchover_fixed_cost = estimate->params.fixed_cost;
   }
 
+  // The receiver may still be starting: refused connections are retried until the timeout.
   auto ns = ConnectSession(*to, f.src.streams, std::chrono::duration_cast<std::chrono::milliseconds>(*connect_timeout),
                            tls->has_value() ? &**tls : nullptr);
   if (!ns.ok()) {
-    // Nothing moved: the source never left RUNNING.
     fmt::print(stderr, "gpumigrate migrate: {} (the source keeps running)\n", ns.status().message());
-    if (f.json) {
-      nlohmann::ordered_json j;
-      j["outcome"] = "aborted";
-      j["verified"] = false;
-      j["error"] = ns.status().message();
-      j["failed_phase"] = "connect";
-      j["resolution"] = "the source is RUNNING; nothing was sent";
-      fmt::print("{}\n", j.dump());
-    }
+    if (f.json) fmt::print("{}\n", ReportToJson(ConnectFailed(ns.status())));
     return 1;
   }
   progress.Note(fmt::format("connected to {} with {} data stream{}: {}", f.to, f.src.streams,
@@ -169,26 +184,38 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   } else if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
     progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
   }
-  if (estimate) {
-    if (f.json) {
-      auto j = nlohmann::ordered_json::parse(ReportToJson(r));
-      j["estimate"] = nlohmann::ordered_json::parse(EstimateToJson(*estimate));
-      fmt::print("{}\n", j.dump());
-    } else {
-      PrintProbe(stdout, "gpumigrate migrate", r, *estimate);
-    }
-    return r.status.ok() ? 0 : ExitCodeFor(r);
+  if (!estimate) {
+    PrintMigrateReport(f, r, ns->security);
+    return ExitCodeFor(r);
   }
   if (f.json) {
-    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
-    j["security"] = ns->security;
-    fmt::print("{}\n", j.dump());
+    fmt::print("{}\n", ProbeReportToJson(r, *estimate));
   } else {
-    PrintReport(stdout, "gpumigrate migrate", r);
-    fmt::print("  security:   {}\n", ns->security);
+    PrintProbe(stdout, "gpumigrate migrate", r, *estimate);
   }
-  return ExitCodeFor(r);
+  return r.status.ok() ? 0 : ExitCodeFor(r);
 }
+
+namespace {
+
+void PrintReceiveReport(const ReceiveFlags& f, const MigrationReport& r, const std::string& security,
+                        const std::optional<SimResumeCheck>& check, const std::string& proc_line) {
+  if (f.json) {
+    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+    j["security"] = security;
+    if (check) j["destination"] = nlohmann::ordered_json::parse(check->ToJson());
+    fmt::print("{}\n", j.dump());
+    return;
+  }
+  fmt::print("gpumigrate receive: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
+  if (!r.status.ok()) fmt::print("  error:      {}\n", r.status.message());
+  if (!r.resolution.empty()) fmt::print("  resolution: {}\n", r.resolution);
+  fmt::print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
+  if (check) fmt::print("{}\n", check->ToLine());
+  if (!proc_line.empty()) fmt::print("{}\n", proc_line);
+}
+
+}  // namespace
 
 int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   auto tls = MakeTls(f.tls);
@@ -200,9 +227,8 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   if (!accept_timeout.ok() || !run_after.ok()) {
     return Usage("receive", !accept_timeout.ok() ? accept_timeout.status() : run_after.status());
   }
-  auto opened = OpenDevice(f.device, false);
-  if (!opened.ok()) return Usage("receive", opened.status());
-  Device* dst = opened->device.get();
+  // Listen first: a source that connects while the device is being allocated
+  // waits in the backlog instead of being refused.
   auto listener = TcpListener::Listen(*at);
   if (!listener.ok()) return Usage("receive", listener.status());
   if (!f.port_file.empty()) {
@@ -211,6 +237,9 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     pf.close();
     std::rename((f.port_file + ".tmp").c_str(), f.port_file.c_str());
   }
+  auto opened = OpenDevice(f.device, false);
+  if (!opened.ok()) return Usage("receive", opened.status());
+  Device* dst = opened->device.get();
   fmt::print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), dst->Describe(),
              tls->has_value() ? "" : " (INSECURE: no TLS)");
   auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout),
@@ -229,27 +258,17 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     if (p == Phase::kPreparedSent) fmt::print(stderr, "receive: verified and prepared; waiting for commit\n");
   });
   MigrationReport r = RunDestination(*dst, ns->View(), o);
-  ResumeCheck check;
   int rc = ExitCodeFor(r);
+  std::optional<SimResumeCheck> check;
+  std::string proc_line;
   if (r.outcome == Outcome::kCompleted && opened->sim != nullptr) {
-    check = RunResumeCheck(*opened->sim, *run_after);
-    if (!check.ok) rc = 1;
+    check = RunResumeCheck(*opened->sim, *run_after, SystemClock());
+    if (!check->ok()) rc = 1;
   } else if (r.outcome == Outcome::kCompleted && opened->proc != nullptr) {
-    check.line = fmt::format("  destination: process {} adopted the memory and runs on (it checks its own memory)",
-                             opened->proc->pid());
+    proc_line = fmt::format("  destination: process {} adopted the memory and runs on (it checks its own memory)",
+                            opened->proc->pid());
   }
-  if (f.json) {
-    auto j = nlohmann::ordered_json::parse(ReportToJson(r));
-    j["security"] = ns->security;
-    if (!check.json.empty()) j["destination"] = nlohmann::ordered_json::parse(check.json);
-    fmt::print("{}\n", j.dump());
-  } else {
-    fmt::print("gpumigrate receive: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
-    if (!r.status.ok()) fmt::print("  error:      {}\n", r.status.message());
-    if (!r.resolution.empty()) fmt::print("  resolution: {}\n", r.resolution);
-    fmt::print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
-    if (!check.line.empty()) fmt::print("{}\n", check.line);
-  }
+  PrintReceiveReport(f, r, ns->security, check, proc_line);
   return rc;
 }
 

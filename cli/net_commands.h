@@ -23,7 +23,7 @@ struct MigrateFlags {
   std::string to;
   SourceFlags src;
   std::string warmup = "500ms";
-  std::string connect_timeout = "10s";
+  std::string connect_timeout = "30s";
   std::string sample = "1s";
   bool dry_run = false;
   TlsFlags tls;

@@ -81,25 +81,6 @@ void PrintProbe(FILE* out, const std::string& title, const MigrationReport& r, c
              r.total_ms / 1e3);
 }
 
-ResumeCheck RunResumeCheck(SimDevice& dest, std::chrono::nanoseconds run_after) {
-  ResumeCheck c;
-  SimPosition resumed_at = dest.Position();
-  std::this_thread::sleep_for(run_after);
-  Status paused = dest.SetState(DeviceState::kStop);
-  uint64_t kernels = dest.KernelsRun();
-  auto check = paused.ok() ? dest.SelfCheck() : Result<uint64_t>(paused);
-  c.ok = check.ok();
-  nlohmann::ordered_json j{{"resumed_at_step", resumed_at.step},
-                           {"resumed_at_layer", resumed_at.layer},
-                           {"kernels_run_after_resume", kernels},
-                           {"self_check", check.ok() ? std::string("ok") : check.status().message()}};
-  c.json = j.dump();
-  c.line = fmt::format(
-      "  destination: resumed at step {} layer {}, ran {} kernels in {:.1f} s; self-check of activation canaries: {}",
-      resumed_at.step, resumed_at.layer, kernels, std::chrono::duration<double>(run_after).count(),
-      check.ok() ? fmt::format("ok ({} pages)", *check) : check.status().message());
-  return c;
-}
 
 int ExitCodeFor(const MigrationReport& r) {
   switch (r.outcome) {

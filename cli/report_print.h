@@ -18,13 +18,5 @@ int ExitCodeFor(const MigrationReport& r);
 // The probe's report: the rounds as measured beside the estimator's prediction.
 void PrintProbe(FILE* out, const std::string& title, const MigrationReport& r, const EstimateReport& e);
 
-// After a completed migration, a sim destination keeps its workload running for
-// `run_after`, then pauses it and runs the workload's own memory self-check.
-struct ResumeCheck {
-  bool ok = true;
-  std::string json;  // object: resumed_at_step, resumed_at_layer, kernels_run_after_resume, self_check
-  std::string line;  // for the human report
-};
-ResumeCheck RunResumeCheck(SimDevice& dest, std::chrono::nanoseconds run_after);
 
 }  // namespace gpumigrate::cli

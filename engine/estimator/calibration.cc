@@ -116,4 +116,10 @@ Result<Calibration> LoadOrCalibrate(bool force) {
   return c;
 }
 
+std::chrono::nanoseconds StoredFixedCost(std::chrono::nanoseconds fallback) {
+  auto cal = LoadStoredCalibration();
+  if (!cal.ok()) return fallback;
+  return std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
+}
+
 }  // namespace gpumigrate

@@ -87,7 +87,7 @@ nlohmann::ordered_json RunJson(const ModelRun& m) {
           {"final_bytes", std::llround(m.final_bytes)},
           {"stun_ms", m.stun_ms},
           {"total_ms", m.total_ms},
-          {"stop_reason", m.stop_reason}};
+          {"stop_reason", std::string(StopReasonName(m.stop_reason))}};
 }
 
 }  // namespace
@@ -101,7 +101,7 @@ std::string EstimateToJson(const EstimateReport& r) {
   j["predicted_total_ms"] = p.mid.total_ms;
   j["predicted_total_range_ms"] = {p.total_low_ms, p.total_high_ms};
   j["predicted_rounds"] = RunJson(p.mid)["rounds"];
-  j["stop_reason"] = p.mid.stop_reason;
+  j["stop_reason"] = std::string(StopReasonName(p.mid.stop_reason));
   j["explanation"] = p.explanation;
   j["device"] = r.modelled.device;
   j["measured_device"] = r.measured.device;
@@ -141,6 +141,19 @@ std::string EstimateToJson(const EstimateReport& r) {
   j["assumptions"] = r.assumptions;
   j["calibration"] = {{"path", r.calibration_path}, {"measured_at", r.calibration_time},
                       {"measured_now", r.calibrated_now}};
+  return j.dump();
+}
+
+Result<EstimateReport> EstimateForProbe(Device& device, const EstimateOptions& options, SourceOptions& source,
+                                        Clock& clock) {
+  GM_ASSIGN_OR_RETURN(EstimateReport r, EstimateDevice(device, options, clock));
+  source.switchover_fixed_cost = r.params.fixed_cost;
+  return r;
+}
+
+std::string ProbeReportToJson(const MigrationReport& r, const EstimateReport& e) {
+  auto j = nlohmann::ordered_json::parse(ReportToJson(r));
+  j["estimate"] = nlohmann::ordered_json::parse(EstimateToJson(e));
   return j.dump();
 }
 

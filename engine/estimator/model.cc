@@ -43,10 +43,7 @@ ModelRun RunModel(const DeviceProfile& p, const ModelParams& params, WorkingSetC
   PolicyInput in;
   in.device_state_bytes = p.device_state_bytes;
   in.bandwidth_bytes_per_s = bw;
-  in.max_rounds = params.max_rounds;
-  in.downtime_target = params.downtime_target;
-  in.max_stun = params.max_stun;
-  in.fixed_cost = params.fixed_cost;
+  in.limits = params.Limits();
   // The engine's own loop, with predicted dirty sets in place of measured ones.
   for (uint32_t round = 0;; ++round) {
     double dirty = std::isfinite(t) ? DirtyWireBytes(p, t, w) : INFINITY;
@@ -55,7 +52,7 @@ ModelRun RunModel(const DeviceProfile& p, const ModelParams& params, WorkingSetC
     PolicyResult d = DecideSwitchover(in);
     if (d.decision != Decision::kContinue || round + 1 >= 10000) {
       run.switches = d.decision == Decision::kSwitchover;
-      run.stop_reason = std::string(StopReasonName(d.stop));
+      run.stop_reason = d.stop;
       run.policy_reason = d.reason;
       run.final_bytes = dirty + static_cast<double>(p.device_state_bytes);
       run.stun_ms = d.predicted_stun_ms;
@@ -82,7 +79,7 @@ Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
   if (pr.mid.switches && pr.mid.stun_ms <= max_ms) {
     pr.decision = EstimateDecision::kLiveMigrate;
     pr.explanation = fmt::format("live migration fits: {}", pr.mid.policy_reason);
-  } else if (pr.mid.stop_reason == "not shrinking") {
+  } else if (pr.mid.stop_reason == StopReason::kNotShrinking) {
     pr.decision = EstimateDecision::kCannotConverge;
     pr.explanation = fmt::format(
         "pre-copy cannot converge: the dirty set stops shrinking because the workload dirties memory about as fast "

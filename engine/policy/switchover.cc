@@ -26,9 +26,9 @@ std::string_view StopReasonName(StopReason r) {
 PolicyResult DecideSwitchover(const PolicyInput& in) {
   PolicyResult r;
   uint64_t dirty = in.dirty_bytes_history.empty() ? 0 : in.dirty_bytes_history.back();
-  r.predicted_stun_ms = PredictStunMs(dirty + in.device_state_bytes, in.bandwidth_bytes_per_s, in.fixed_cost);
-  double target_ms = std::chrono::duration<double, std::milli>(in.downtime_target).count();
-  double max_ms = std::chrono::duration<double, std::milli>(in.max_stun).count();
+  r.predicted_stun_ms = PredictStunMs(dirty + in.device_state_bytes, in.bandwidth_bytes_per_s, in.limits.fixed_cost);
+  double target_ms = std::chrono::duration<double, std::milli>(in.limits.downtime_target).count();
+  double max_ms = std::chrono::duration<double, std::milli>(in.limits.max_stun).count();
 
   if (r.predicted_stun_ms <= target_ms) {
     r.decision = Decision::kSwitchover;
@@ -43,7 +43,7 @@ PolicyResult DecideSwitchover(const PolicyInput& in) {
     uint64_t best_before = *std::min_element(h.begin(), h.end() - 3);
     stalled = std::all_of(h.end() - 3, h.end(), [&](uint64_t d) { return d * 10 >= best_before * 9; });
   }
-  bool limit = in.rounds_done >= in.max_rounds;
+  bool limit = in.rounds_done >= in.limits.max_rounds;
   if (!stalled && !limit) {
     r.decision = Decision::kContinue;
     r.reason = "dirty set still shrinking";
@@ -51,12 +51,12 @@ PolicyResult DecideSwitchover(const PolicyInput& in) {
   }
   r.stop = stalled ? StopReason::kNotShrinking : StopReason::kRoundLimit;
   std::string why = stalled ? std::string("dirty set stopped shrinking")
-                            : fmt::format("round limit {} reached", in.max_rounds);
+                            : fmt::format("round limit {} reached", in.limits.max_rounds);
   if (r.predicted_stun_ms <= max_ms) {
     r.decision = Decision::kSwitchover;
     r.reason = fmt::format("{}: predicted stun {:.1f} ms exceeds the {:.0f} ms target but is within max stun {:.0f} ms",
                            why, r.predicted_stun_ms, target_ms, max_ms);
-  } else if (in.switch_when_not_converging) {
+  } else if (in.limits.switch_when_not_converging) {
     r.decision = Decision::kSwitchover;
     r.reason = fmt::format("{}: predicted stun {:.1f} ms exceeds max stun {:.0f} ms; switching anyway as the policy asks",
                            why, r.predicted_stun_ms, max_ms);

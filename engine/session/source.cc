@@ -522,11 +522,7 @@ Result<PolicyResult> Source::Decide(const std::vector<uint64_t>& dirty_history, 
   in.device_state_bytes = dev_.PendingEstimate().stop_copy_bytes;
   in.bandwidth_bytes_per_s = report_.bandwidth_bytes_per_s;
   in.rounds_done = rounds_done;
-  in.max_rounds = opt_.max_rounds;
-  in.downtime_target = opt_.downtime_target;
-  in.max_stun = opt_.max_stun;
-  in.fixed_cost = opt_.switchover_fixed_cost;
-  in.switch_when_not_converging = opt_.switch_when_not_converging;
+  in.limits = opt_.Limits();
   PolicyResult d = DecideSwitchover(in);
   if (d.decision != Decision::kSwitchover) return d;
   auto exact = dev_.PendingExact();

@@ -8,6 +8,8 @@
 // $XDG_CACHE_HOME/gpumigrate/calibration.json, or ~/.cache/gpumigrate/calibration.json.
 #pragma once
 
+#include <chrono>
+
 #include <string>
 
 #include "gpumigrate/status.h"
@@ -28,6 +30,9 @@ std::string DefaultCalibrationPath();
 Result<Calibration> MeasureCalibration();
 // The stored calibration, or an error when there is none or it does not parse.
 Result<Calibration> LoadStoredCalibration();
+// The switchover's fixed cost (round trips, device stop and resume) as this
+// host measured it, when a calibration is stored; else `fallback`.
+std::chrono::nanoseconds StoredFixedCost(std::chrono::nanoseconds fallback);
 // Loads the stored calibration, or measures and stores one when there is none,
 // it does not parse, or `force` is set.
 Result<Calibration> LoadOrCalibrate(bool force);

@@ -25,7 +25,9 @@
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/device.h"
+#include "gpumigrate/session.h"
 #include "gpumigrate/status.h"
+#include "gpumigrate/switchover.h"
 
 namespace gpumigrate {
 
@@ -75,6 +77,7 @@ struct ModelParams {
   std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
   std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
   uint32_t max_rounds = 30;
+  SwitchoverLimits Limits() const { return {downtime_target, max_stun, fixed_cost, max_rounds, false}; }
 };
 
 enum class EstimateDecision { kLiveMigrate, kDrainAndReplace, kCannotConverge };
@@ -91,7 +94,7 @@ struct ModelRun {
   double final_bytes = 0;              // sent during the stun (dirty set + device state)
   double stun_ms = 0;
   double total_ms = 0;                 // pre-copy + stun
-  std::string stop_reason;             // converged | not shrinking | round limit
+  StopReason stop_reason = StopReason::kNone;  // why the rule stopped iterating
   bool switches = false;               // the engine's rule would switch over
   std::string policy_reason;
 };
@@ -142,5 +145,13 @@ struct EstimateReport {
 
 Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& options, Clock& clock);
 std::string EstimateToJson(const EstimateReport& r);
+
+// The probe run's first half (`demo/migrate --dry-run`): estimate from
+// observation alone, then make the source's switchover rule use the fixed cost
+// the estimate assumed, so prediction and probe decide alike.
+Result<EstimateReport> EstimateForProbe(Device& device, const EstimateOptions& options, SourceOptions& source,
+                                        Clock& clock);
+// A probe's report: the migration report's JSON with the estimate under "estimate".
+std::string ProbeReportToJson(const MigrationReport& r, const EstimateReport& e);
 
 }  // namespace gpumigrate

@@ -37,6 +37,7 @@
 #include "gpumigrate/device.h"
 #include "gpumigrate/report.h"
 #include "gpumigrate/stream.h"
+#include "gpumigrate/switchover.h"
 
 namespace gpumigrate {
 
@@ -94,6 +95,10 @@ struct SourceOptions {
   std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
   std::function<void(Phase, uint32_t round)> on_phase;
   Clock* clock = nullptr;                            // timeouts and measurements; nullptr: SystemClock(). Borrowed
+
+  SwitchoverLimits Limits() const {
+    return {downtime_target, max_stun, switchover_fixed_cost, max_rounds, switch_when_not_converging};
+  }
 };
 
 struct DestinationOptions {

@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "gpumigrate/clock.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
 
@@ -62,7 +63,8 @@ class SimDevice : public Device {
  public:
   // Source devices start RUNNING with their workload going; destination devices
   // start in STOP, zero-filled.
-  static Result<std::unique_ptr<SimDevice>> Create(const SimSpec& spec, SimRole role);
+  // The workload steps on `clock` (borrowed; outlives the device).
+  static Result<std::unique_ptr<SimDevice>> Create(const SimSpec& spec, SimRole role, Clock& clock = SystemClock());
 
   virtual const SimSpec& spec() const = 0;
   virtual SimRole role() const = 0;
@@ -76,5 +78,21 @@ class SimDevice : public Device {
   // number of pages checked, or an error naming the first bad page.
   virtual Result<uint64_t> SelfCheck() = 0;
 };
+
+// After a completed migration: the destination keeps the workload running for
+// `run_after`, then pauses it and runs the workload's own memory self-check
+// (every activation page carries the canary of the step that last wrote it).
+struct SimResumeCheck {
+  SimPosition resumed_at;
+  uint64_t kernels_run = 0;             // on the destination during run_after
+  std::chrono::nanoseconds run_after{0};
+  Status status;                        // of the pause and the self-check
+  uint64_t pages_checked = 0;
+  bool ok() const { return status.ok(); }
+  // {resumed_at_step, resumed_at_layer, kernels_run_after_resume, self_check}
+  std::string ToJson() const;
+  std::string ToLine() const;  // "  destination: resumed at step ..."
+};
+SimResumeCheck RunResumeCheck(SimDevice& dest, std::chrono::nanoseconds run_after, Clock& clock);
 
 }  // namespace gpumigrate

@@ -19,18 +19,23 @@
 
 namespace gpumigrate {
 
-struct PolicyInput {
+// What the operator allows: the same for the engine, the estimator and the planner.
+struct SwitchoverLimits {
+  std::chrono::nanoseconds downtime_target{0};
+  std::chrono::nanoseconds max_stun{0};
+  std::chrono::nanoseconds fixed_cost{0};  // round trips, device stop and resume
+  uint32_t max_rounds = 30;
   // When rounds stop shrinking and the stun would exceed max_stun: switch over
   // anyway (the user accepts the longer stun) instead of aborting.
   bool switch_when_not_converging = false;
+};
+
+struct PolicyInput {
+  SwitchoverLimits limits;
   std::vector<uint64_t> dirty_bytes_history;  // dirty set found after each completed round, in order
   uint64_t device_state_bytes = 0;
   double bandwidth_bytes_per_s = 0;
   uint32_t rounds_done = 0;
-  uint32_t max_rounds = 30;
-  std::chrono::nanoseconds downtime_target{0};
-  std::chrono::nanoseconds max_stun{0};
-  std::chrono::nanoseconds fixed_cost{0};
 };
 
 enum class Decision { kContinue, kSwitchover, kAbort };

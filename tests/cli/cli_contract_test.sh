@@ -22,6 +22,9 @@ for opt in --device --streams --downtime-target --max-stun --max-rounds --bandwi
 done
 "$bin" help nosuch >"$tmp/hn" 2>&1; check "help of an unknown command" 2 $?
 "$bin" >"$tmp/none" 2>&1; check "no command" 2 $?
+"$bin" frobnicate >"$tmp/unk" 2>&1; check "an unknown command" 2 $?
+contains "an unknown command is named" "$tmp/unk" "unknown command 'frobnicate'"
+contains "an unknown command lists the real ones" "$tmp/unk" "demo, estimate, migrate, receive"
 "$bin" demo --device bogus:1 >"$tmp/e1" 2>&1; check "non-sim device" 2 $?
 contains "non-sim device message" "$tmp/e1" "needs a sim device"
 "$bin" demo --device sim:colour=blue >"$tmp/e2" 2>&1; check "unknown spec key" 2 $?

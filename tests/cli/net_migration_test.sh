@@ -75,6 +75,22 @@ wait $mpid; check "migrate exits 1 when the receiver dies" 1 $?
 json_check "$tmp/kill.json" 'r["outcome"] == "aborted" and "RUNNING" in r["resolution"] and ("closed" in r["error"] or "reset" in r["error"].lower() or "pipe" in r["error"].lower())' \
   "receiver killed: aborted with the source RUNNING"
 
+# 3b. migrate started before the receiver listens: it retries refused connections
+#     until --connect-timeout, and the receiver listens before it allocates.
+free_port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$free_port --insecure-no-tls --warmup 10ms \
+  --connect-timeout 20s --json >"$tmp/early.json" 2>"$tmp/early.err" &
+epid=$!
+pids+=("$epid")
+sleep 1
+timeout 60 "$bin" receive --listen 127.0.0.1:$free_port --device "$dev" --insecure-no-tls --json --run-after 50ms \
+  >"$tmp/early.recv.json" 2>"$tmp/early.recv.err" &
+erpid=$!
+pids+=("$erpid")
+wait $epid; check "migrate started 1 s before the receiver" 0 $?
+wait $erpid; check "the receiver it waited for" 0 $?
+json_check "$tmp/early.json" 'r["outcome"] == "completed" and r["verified"]' "an early source reaches a late receiver"
+
 # 4. Devices that do not match: refused at the manifest, on both sides.
 start_receiver mismatch "sim:size=32MiB,hot=2MiB,page=16KiB"
 timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --warmup 10ms --json \

@@ -100,7 +100,7 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
   ctl.session_id = ns.session_id;
   std::array<std::byte, 32> exported{};
   if (tls) {
-    GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFd(to, timeout));
+    GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFdRetrying(to, timeout));
     TlsConfig cfg = *tls;
     if (cfg.expected_host.empty()) cfg.expected_host = to.host;
     GM_ASSIGN_OR_RETURN(auto t, TlsStream::Client(fd, cfg, timeout));
@@ -111,7 +111,8 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
     ns.aes_key = key;
   } else {
     for (auto& b : ctl.secret) b = static_cast<std::byte>(rd());
-    GM_ASSIGN_OR_RETURN(ns.control, ConnectTcp(to, timeout));
+    GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFdRetrying(to, timeout));
+    GM_ASSIGN_OR_RETURN(ns.control, MakeUringTcpStream(fd, fmt::format("tcp {}:{}", to.host, to.port)));
     ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
   }
   // The receiver acknowledges the control connection before data streams open. In

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "gpumigrate/clock.h"
+
 namespace gpumigrate {
 
 Result<HostPort> ParseHostPort(std::string_view text) {
@@ -49,6 +51,8 @@ Result<HostPort> ParseHostPort(std::string_view text) {
 }
 
 namespace {
+
+constexpr std::chrono::milliseconds kRetryEvery{100};
 
 Result<addrinfo*> Resolve(const HostPort& hp, bool passive) {
   addrinfo hints{};
@@ -213,6 +217,25 @@ Result<int> ConnectTcpFd(const HostPort& to, std::chrono::milliseconds timeout) 
   }
   freeaddrinfo(res);
   return last;
+}
+
+Result<int> ConnectTcpFdRetrying(const HostPort& to, std::chrono::milliseconds timeout) {
+  Clock& clock = SystemClock();
+  const auto deadline = clock.Now() + timeout;
+  int attempts = 0;
+  while (true) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock.Now());
+    auto fd = ConnectTcpFd(to, std::max(left, std::chrono::milliseconds(1)));
+    ++attempts;
+    if (fd.ok() || fd.status().code() != StatusCode::kUnavailable || clock.Now() + kRetryEvery >= deadline) {
+      if (!fd.ok() && attempts > 1) {
+        return Status(fd.status().code(), fmt::format("{}; nobody accepted within {} ms ({} attempts)",
+                                                      fd.status().message(), timeout.count(), attempts));
+      }
+      return fd;
+    }
+    clock.SleepUntil(clock.Now() + kRetryEvery);
+  }
 }
 
 Result<std::unique_ptr<TcpListener>> TcpListener::Listen(const HostPort& at) {

@@ -32,6 +32,9 @@ Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name);
 Result<std::unique_ptr<Stream>> ConnectTcp(const HostPort& to, std::chrono::milliseconds timeout);
 // The connected, blocking socket itself (for TLS, which drives its own I/O).
 Result<int> ConnectTcpFd(const HostPort& to, std::chrono::milliseconds timeout);
+// As ConnectTcpFd, but a refused connection (nobody listening yet: a receiver
+// still starting) is tried again every 100 ms until `timeout` has passed.
+Result<int> ConnectTcpFdRetrying(const HostPort& to, std::chrono::milliseconds timeout);
 
 class TcpListener {
  public:

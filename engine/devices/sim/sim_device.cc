@@ -19,7 +19,6 @@ namespace gpumigrate {
 namespace {
 
 using sim::ContentKind;
-using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kWeights = 0, kKv = 1, kAct = 2, kFree = 3;
 constexpr char kStateMagic[8] = {'G', 'M', 'S', 'I', 'M', 'S', 'T', '1'};
@@ -71,7 +70,8 @@ class SimTracker final : public DirtyTracker {
 
 class SimDeviceImpl final : public SimDevice {
  public:
-  SimDeviceImpl(const SimSpec& spec, SimRole role) : spec_(spec), role_(role), tracker_(this) {}
+  SimDeviceImpl(const SimSpec& spec, SimRole role, Clock& clock)
+      : spec_(spec), clock_(clock), role_(role), tracker_(this) {}
   ~SimDeviceImpl() override {
     {
       std::lock_guard lk(mu_);
@@ -394,14 +394,15 @@ class SimDeviceImpl final : public SimDevice {
     std::unique_lock lk(mu_);
     // Kernels are spread over the step like a GPU's, so a stop can land between
     // any two of them. After a pause or a lag the workload does not burst.
-    const auto kernel_period = std::chrono::duration_cast<Clock::duration>(spec_.step_period) / spec_.layers;
-    Clock::time_point next_kernel = Clock::now();
+    const auto kernel_period = std::chrono::duration_cast<Clock::Duration>(spec_.step_period) / spec_.layers;
+    Clock::TimePoint next_kernel = clock_.Now();
     while (true) {
       cv_.wait(lk, [&] { return quit_ || !pause_; });
       if (quit_) return;
-      auto now = Clock::now();
+      auto now = clock_.Now();
       if (now < next_kernel) {
-        cv_.wait_until(lk, next_kernel, [&] { return quit_ || pause_; });
+        // Bounded by kPollInterval of real time: the clock may be a fake one.
+        cv_.wait_for(lk, std::min<Clock::Duration>(next_kernel - now, kPollInterval), [&] { return quit_ || pause_; });
         continue;
       }
       next_kernel = std::max(next_kernel, now - kernel_period) + kernel_period;
@@ -438,6 +439,7 @@ class SimDeviceImpl final : public SimDevice {
   friend class SimTracker;
 
   const SimSpec spec_;
+  Clock& clock_;  // the workload's step timing
   const SimRole role_;
   std::vector<SimRegion> regions_;  // indexed by region id
   std::vector<RegionInfo> infos_;   // non-empty regions
@@ -478,8 +480,8 @@ Status SimTracker::Sync(uint32_t region, DirtyBitmap& out) {
 
 }  // namespace
 
-Result<std::unique_ptr<SimDevice>> SimDevice::Create(const SimSpec& spec, SimRole role) {
-  auto dev = std::make_unique<SimDeviceImpl>(spec, role);
+Result<std::unique_ptr<SimDevice>> SimDevice::Create(const SimSpec& spec, SimRole role, Clock& clock) {
+  auto dev = std::make_unique<SimDeviceImpl>(spec, role, clock);
   GM_RETURN_IF_ERROR(dev->Init());
   return std::unique_ptr<SimDevice>(std::move(dev));
 }

@@ -77,7 +77,7 @@ TEST(Model, SaturatingHotSetConvergesAfterRoundZero) {
   EXPECT_DOUBLE_EQ(m.final_bytes, 100e6);
   EXPECT_NEAR(m.stun_ms, 102.0, 1e-9);
   EXPECT_NEAR(m.total_ms, 1202.0, 1e-9);
-  EXPECT_EQ(m.stop_reason, "converged");
+  EXPECT_EQ(m.stop_reason, StopReason::kConverged);
   EXPECT_TRUE(m.switches);
 }
 
@@ -96,7 +96,7 @@ TEST(Model, AppendOnlyCacheNeedsTwoRounds) {
   EXPECT_NEAR(m.rounds[1].seconds, 0.2, 1e-9);
   EXPECT_NEAR(m.stun_ms, 42.0, 1e-6);
   EXPECT_NEAR(m.total_ms, 1242.0, 1e-6);
-  EXPECT_EQ(m.stop_reason, "converged");
+  EXPECT_EQ(m.stop_reason, StopReason::kConverged);
 }
 
 // 500 MB rewritten at 2 GB/s over a 1 GB/s link: every round re-sends all of it.
@@ -108,7 +108,7 @@ TEST(Model, DirtyRateAboveTheLinkCannotConverge) {
   params.max_stun = 100ms;
   Prediction pr = Predict(p, params);
   EXPECT_EQ(pr.mid.rounds.size(), 4u);
-  EXPECT_EQ(pr.mid.stop_reason, "not shrinking");
+  EXPECT_EQ(pr.mid.stop_reason, StopReason::kNotShrinking);
   EXPECT_NEAR(pr.mid.stun_ms, 502.0, 1e-6);
   EXPECT_FALSE(pr.mid.switches);
   EXPECT_EQ(pr.decision, EstimateDecision::kCannotConverge);
@@ -117,7 +117,7 @@ TEST(Model, DirtyRateAboveTheLinkCannotConverge) {
   params.max_stun = 1s;  // a longer stun is acceptable: switch over anyway
   pr = Predict(p, params);
   EXPECT_EQ(pr.decision, EstimateDecision::kLiveMigrate);
-  EXPECT_EQ(pr.mid.stop_reason, "not shrinking");
+  EXPECT_EQ(pr.mid.stop_reason, StopReason::kNotShrinking);
 }
 
 TEST(Model, RoundLimitWithTooLongAStunRecommendsDrainAndReplace) {
@@ -128,7 +128,7 @@ TEST(Model, RoundLimitWithTooLongAStunRecommendsDrainAndReplace) {
   params.max_rounds = 1;
   params.max_stun = 100ms;
   Prediction pr = Predict(p, params);
-  EXPECT_EQ(pr.mid.stop_reason, "round limit");
+  EXPECT_EQ(pr.mid.stop_reason, StopReason::kRoundLimit);
   EXPECT_EQ(pr.decision, EstimateDecision::kDrainAndReplace);
 }
 

@@ -13,10 +13,10 @@ PolicyInput Base() {
   PolicyInput in;
   in.bandwidth_bytes_per_s = 1e9;  // 1 GB/s: 1 MB costs 1 ms
   in.device_state_bytes = 0;
-  in.max_rounds = 30;
-  in.downtime_target = 300ms;
-  in.max_stun = 2s;
-  in.fixed_cost = 2ms;
+  in.limits.max_rounds = 30;
+  in.limits.downtime_target = 300ms;
+  in.limits.max_stun = 2s;
+  in.limits.fixed_cost = 2ms;
   return in;
 }
 
@@ -67,13 +67,13 @@ TEST(SwitchoverPolicy, StalledBeyondMaxStunAbortsWithDrainAndReplace) {
 
 TEST(SwitchoverPolicy, RoundLimitAppliesTheMaxStunRule) {
   PolicyInput in = Base();
-  in.max_rounds = 3;
+  in.limits.max_rounds = 3;
   in.dirty_bytes_history = {4'000'000'000, 2'000'000'000, 1'000'000'000};
   in.rounds_done = 3;
   PolicyResult r = DecideSwitchover(in);
   EXPECT_EQ(r.decision, Decision::kSwitchover);
   EXPECT_NE(r.reason.find("round limit 3"), std::string::npos);
-  in.max_stun = 500ms;
+  in.limits.max_stun = 500ms;
   EXPECT_EQ(DecideSwitchover(in).decision, Decision::kAbort);
 }
 

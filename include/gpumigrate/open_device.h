@@ -1,4 +1,4 @@
-// Opens the device a command names: sim:... (simulated in this process) or
+// Opens the device a spec names (the CLI contract's device specs): sim:... (simulated in this process) or
 // proc:PID (a live process linked with libgpumigrate_shim).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include "gpumigrate/sim.h"
 #include "gpumigrate/status.h"
 
-namespace gpumigrate::cli {
+namespace gpumigrate {
 
 struct OpenedDevice {
   std::unique_ptr<Device> device;
@@ -22,4 +22,4 @@ struct OpenedDevice {
 // with the commands that resolve it).
 Result<OpenedDevice> OpenDevice(const std::string& spec, bool source);
 
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate

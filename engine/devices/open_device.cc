@@ -1,8 +1,8 @@
-#include "cli/device_open.h"
+#include "gpumigrate/open_device.h"
 
 #include <fmt/format.h>
 
-namespace gpumigrate::cli {
+namespace gpumigrate {
 
 Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
   OpenedDevice d;
@@ -29,4 +29,4 @@ Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
   return d;
 }
 
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate
