@@ -92,11 +92,14 @@ class [[nodiscard]] Result {
 #define GM_CONCAT_INNER(a, b) a##b
 #define GM_CONCAT(a, b) GM_CONCAT_INNER(a, b)
 
-// Returns the status from the enclosing function if it is an error.
-#define GM_RETURN_IF_ERROR(expr)                         \
-  do {                                                   \
-    ::gpumigrate::Status gm_status_ = (expr);            \
-    if (!gm_status_.ok()) return gm_status_;             \
+// Returns the status from the enclosing function if it is an error. The
+// temporary has a name of its own (__COUNTER__), so the macro may nest: a lambda
+// in `expr` that uses it again does not shadow the outer one (-Wshadow).
+#define GM_RETURN_IF_ERROR(expr) GM_RETURN_IF_ERROR_IMPL(GM_CONCAT(gm_status_, __COUNTER__), expr)
+#define GM_RETURN_IF_ERROR_IMPL(tmp, expr) \
+  do {                                     \
+    ::gpumigrate::Status tmp = (expr);     \
+    if (!tmp.ok()) return tmp;             \
   } while (0)
 
 // `GM_ASSIGN_OR_RETURN(auto x, MakeX());`
