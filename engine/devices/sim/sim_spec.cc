@@ -10,30 +10,18 @@ namespace gpumigrate {
 namespace {
 
 Result<double> ParseFraction(std::string_view key, std::string_view value) {
-  double v = 0;
-  try {
-    size_t used = 0;
-    v = std::stod(std::string(value), &used);
-    if (used != value.size()) throw std::invalid_argument("trailing");
-  } catch (...) {
-    return InvalidArgument(fmt::format("device spec: '{}={}' is not a number", key, value));
-  }
-  if (!(v >= 0 && v <= 1)) {
+  auto v = ParseDouble(value);
+  if (!v.ok()) return InvalidArgument(fmt::format("device spec: '{}={}' is not a number", key, value));
+  if (!(*v >= 0 && *v <= 1)) {
     return InvalidArgument(fmt::format("device spec: '{}={}' must be a fraction between 0 and 1", key, value));
   }
-  return v;
+  return *v;
 }
 
 Result<uint64_t> ParseCount(std::string_view key, std::string_view value) {
-  uint64_t v = 0;
-  try {
-    size_t used = 0;
-    v = std::stoull(std::string(value), &used);
-    if (used != value.size()) throw std::invalid_argument("trailing");
-  } catch (...) {
-    return InvalidArgument(fmt::format("device spec: '{}={}' is not a whole number", key, value));
-  }
-  return v;
+  auto v = ParseUint(value);
+  if (!v.ok()) return InvalidArgument(fmt::format("device spec: '{}={}' is not a whole number", key, value));
+  return *v;
 }
 
 // The largest IEC unit that divides `bytes` exactly, so the text parses back to the same value.
