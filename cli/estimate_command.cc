@@ -48,16 +48,12 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
 Result<uint64_t> ParseProjectedSize(const std::string& text) {
   size_t x = text.find_first_of("xX*");
   if (x == std::string::npos) return ParseSize(text);
-  uint64_t count = 0;
-  try {
-    size_t used = 0;
-    count = std::stoull(text.substr(0, x), &used);
-    if (used != x || count == 0) throw std::invalid_argument("count");
-  } catch (...) {
+  auto count = ParseUint(std::string_view(text).substr(0, x), 1);
+  if (!count.ok()) {
     return InvalidArgument(fmt::format("--project: '{}' should be SIZE or COUNTxSIZE, e.g. 8x80GB", text));
   }
   GM_ASSIGN_OR_RETURN(uint64_t each, ParseSize(text.substr(x + 1)));
-  return count * each;
+  return *count * each;
 }
 
 Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {

@@ -6,20 +6,27 @@
 
 namespace gpumigrate::cli {
 
-CLI::App* AddResumeCommand(CLI::App& app, HeldFlags& f) {
-  auto* c = app.add_subcommand("resume",
-                               "Resume a source process held stopped after an in-doubt migration (only once the "
-                               "destination is known not to run it)");
+namespace {
+
+// Both commands take the held source and nothing else.
+CLI::App* AddHeldCommand(CLI::App& app, HeldFlags& f, const std::string& name, const std::string& description) {
+  auto* c = app.add_subcommand(name, description);
   c->add_option("--device", f.device, "proc:PID of the held source")->required();
   return c;
 }
 
+}  // namespace
+
+CLI::App* AddResumeCommand(CLI::App& app, HeldFlags& f) {
+  return AddHeldCommand(app, f, "resume",
+                        "Resume a source process held stopped after an in-doubt migration (only once the destination "
+                        "is known not to run it)");
+}
+
 CLI::App* AddReleaseCommand(CLI::App& app, HeldFlags& f) {
-  auto* c = app.add_subcommand("release",
-                               "Tell a source process held after an in-doubt migration that the destination runs it "
-                               "now (it exits without running on)");
-  c->add_option("--device", f.device, "proc:PID of the held source")->required();
-  return c;
+  return AddHeldCommand(app, f, "release",
+                        "Tell a source process held after an in-doubt migration that the destination runs it now (it "
+                        "exits without running on)");
 }
 
 int RunHeld(const HeldFlags& f, bool release) {

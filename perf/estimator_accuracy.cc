@@ -18,6 +18,7 @@
 #include "gpumigrate/estimator.h"
 #include "gpumigrate/local_migration.h"
 #include "gpumigrate/sim.h"
+#include "gpumigrate/stats.h"
 #include "gpumigrate/units.h"
 
 using namespace gpumigrate;
@@ -47,11 +48,6 @@ const Workload kMatrix[] = {
 };
 
 double RelErr(double predicted, double measured) { return measured > 0 ? (predicted - measured) / measured : NAN; }
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? NAN : v[v.size() / 2];
-}
 
 }  // namespace
 
@@ -138,9 +134,9 @@ int main(int argc, char** argv) {
                {"workloads", n},
                {"decisions_agree", decisions_agree},
                {"compared", stun_err.size()},
-               {"median_abs_stun_error", Median(stun_err)},
+               {"median_abs_stun_error", UpperMedian(stun_err)},
                {"worst_abs_stun_error", stun_err.empty() ? NAN : *std::max_element(stun_err.begin(), stun_err.end())},
-               {"median_abs_total_error", Median(total_err)},
+               {"median_abs_total_error", UpperMedian(total_err)},
                {"worst_abs_total_error",
                 total_err.empty() ? NAN : *std::max_element(total_err.begin(), total_err.end())}};
   fmt::print("{}\n", summary.dump());

@@ -30,6 +30,7 @@
 
 #include "engine/devices/proc/shim_protocol.h"
 #include "engine/devices/proc/uffd_compat.h"
+#include "engine/devices/proc/uffd_probe.h"
 
 #define GM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -121,32 +122,13 @@ int ReplyError(Session& s, w::Msg type, int err, const std::string& text) {
                     std::span(reinterpret_cast<const std::byte*>(text.data()), text.size()));
 }
 
-uint64_t SupportedUffdFeatures(std::string& why) {
-  int fd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
-  if (fd < 0) {
-    why = std::string("userfaultfd: ") + std::strerror(errno);
-    return 0;
-  }
-  uffdio_api api{};
-  api.api = UFFD_API;
-  api.features = 0;
-  uint64_t f = 0;
-  if (ioctl(fd, UFFDIO_API, &api) == 0) {
-    f = api.features;
-  } else {
-    why = std::string("UFFDIO_API: ") + std::strerror(errno);
-  }
-  close(fd);
-  return f;
-}
-
 // Creates the session's userfaultfd and registers every region that page tables
 // can track. Returns the fd or -errno with t_error set.
 int SetUpUffd(w::WpMode mode, uint64_t* granted) {
   Shim& sh = S();
-  std::string why;
-  uint64_t have = SupportedUffdFeatures(why);
-  if (!why.empty()) return Fail(ENOSYS, "%s", why.c_str());
+  const gpumigrate::proc::UffdProbe probe = gpumigrate::proc::ProbeUffdFeatures();
+  if (!probe.ok()) return Fail(ENOSYS, "%s: %s", probe.failed_call, std::strerror(probe.error));
+  const uint64_t have = probe.features;
   bool any_memfd = false;
   for (const Region& r : sh.regions) any_memfd |= r.memfd >= 0 && !(r.flags & GM_SHIM_DMA_WRITTEN);
   uint64_t want = 0;

@@ -50,7 +50,41 @@ double SizeUnit(const std::string& u) {
   return 0;
 }
 
+// The whole of `text` as an integer of type T within [min, max].
+template <typename T>
+Result<T> ParseWhole(std::string_view text, T min, T max) {
+  T value{};
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec == std::errc::result_out_of_range) {
+    return InvalidArgument(fmt::format("units: parse number failed: '{}' is outside {}..{}", text, min, max));
+  }
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return InvalidArgument(fmt::format("units: parse number failed: '{}' is not a whole number", text));
+  }
+  if (value < min || value > max) {
+    return InvalidArgument(fmt::format("units: parse number failed: '{}' is outside {}..{}", text, min, max));
+  }
+  return value;
+}
+
 }  // namespace
+
+Result<uint64_t> ParseUint(std::string_view text, uint64_t min, uint64_t max) {
+  return ParseWhole<uint64_t>(text, min, max);
+}
+
+Result<int64_t> ParseInt(std::string_view text, int64_t min, int64_t max) {
+  return ParseWhole<int64_t>(text, min, max);
+}
+
+Result<double> ParseDouble(std::string_view text) {
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || ptr != text.data() + text.size()) {
+    return InvalidArgument(fmt::format("units: parse number failed: '{}' is not a number", text));
+  }
+  return value;
+}
 
 Result<uint64_t> ParseSize(std::string_view text) {
   GM_ASSIGN_OR_RETURN(auto parts, SplitNumber(text, "size"));

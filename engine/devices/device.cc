@@ -27,6 +27,10 @@ std::string_view OutcomeName(Outcome o) {
   return "unknown";
 }
 
+std::string_view DeviceRoleName(DeviceRole r) {
+  return r == DeviceRole::kSource ? "source" : "destination";
+}
+
 std::string_view RegionHintName(RegionHint h) {
   switch (h) {
     case RegionHint::kUnspecified: return "unspecified";
@@ -37,7 +41,8 @@ std::string_view RegionHintName(RegionHint h) {
   return "unknown";
 }
 
-Status CheckTransition(std::string_view backend, bool source, DeviceState cur, DeviceState next) {
+Status CheckTransition(std::string_view backend, DeviceRole role, DeviceState cur, DeviceState next) {
+  const bool source = role == DeviceRole::kSource;
   using S = DeviceState;
   auto from = [&](std::initializer_list<S> ok) {
     for (S s : ok) {
@@ -65,8 +70,7 @@ Status CheckTransition(std::string_view backend, bool source, DeviceState cur, D
   }
   if (allowed) return Status::Ok();
   return FailedPrecondition(fmt::format("{}: transition {} -> {} is not allowed on a {} device", backend,
-                                        DeviceStateName(cur), DeviceStateName(next),
-                                        source ? "source" : "destination"));
+                                        DeviceStateName(cur), DeviceStateName(next), DeviceRoleName(role)));
 }
 
 const RegionInfo* FindRegion(const std::vector<RegionInfo>& regions, uint32_t id) {
@@ -74,6 +78,18 @@ const RegionInfo* FindRegion(const std::vector<RegionInfo>& regions, uint32_t id
     if (r.id == id) return &r;
   }
   return nullptr;
+}
+
+Status CheckRange(std::string_view backend, std::string_view action, const std::vector<RegionInfo>& regions,
+                  uint32_t region, uint64_t offset, uint64_t length) {
+  const RegionInfo* r = FindRegion(regions, region);
+  if (r == nullptr) return InvalidArgument(fmt::format("{}: {} failed: no region {}", backend, action, region));
+  // Written so that offset + length cannot wrap around.
+  if (offset > r->size_bytes || length > r->size_bytes - offset) {
+    return InvalidArgument(fmt::format("{}: {} failed: [{}, +{}) is outside region {} '{}' ({} bytes)", backend,
+                                       action, offset, length, region, r->name, r->size_bytes));
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpumigrate

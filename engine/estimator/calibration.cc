@@ -12,16 +12,12 @@
 
 #include "gpumigrate/local_migration.h"
 #include "gpumigrate/sim.h"
+#include "gpumigrate/stats.h"
 
 namespace gpumigrate {
 namespace {
 
 constexpr const char* kSpec = "sim:size=512MiB,static=0.75,kv=0.2,kv_fill=1,kv_rate=0,hot=64KiB,page=64KiB,step=20ms";
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 std::string NowUtc() {
   std::time_t t = std::time(nullptr);
@@ -57,8 +53,8 @@ Result<Calibration> MeasureCalibration() {
     bw.push_back(static_cast<double>(r0.bytes) / (r0.ms / 1e3));
   }
   Calibration c;
-  c.fixed_cost_ms = Median(fixed);
-  c.inprocess_bytes_per_s = Median(bw);
+  c.fixed_cost_ms = UpperMedian(fixed);
+  c.inprocess_bytes_per_s = UpperMedian(bw);
   c.inprocess_low_bytes_per_s = *std::min_element(bw.begin(), bw.end());
   c.inprocess_high_bytes_per_s = *std::max_element(bw.begin(), bw.end());
   c.measured_at = NowUtc();

@@ -8,15 +8,10 @@
 #include "engine/codec_choice/codec_choice.h"
 #include "gpumigrate/dirty_tracker.h"
 #include "gpumigrate/estimator.h"
+#include "gpumigrate/stats.h"
 
 namespace gpumigrate {
 namespace {
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 struct Level {
   std::vector<DirtyBitmap> acc;  // per region

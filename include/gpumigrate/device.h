@@ -44,6 +44,11 @@ enum class DeviceState : uint32_t {
 };
 std::string_view DeviceStateName(DeviceState s);
 
+// Which end of a migration a device serves. A source starts RUNNING and is
+// read; a destination starts in STOP and is written while RESUMING.
+enum class DeviceRole { kSource, kDestination };
+std::string_view DeviceRoleName(DeviceRole r);  // "source", "destination"
+
 enum class RegionHint : uint32_t {
   kUnspecified = 0,
   kStatic = 1,   // written once (model weights): pre-copied first
@@ -130,12 +135,19 @@ class Device {
   virtual DirtyTracker* Tracker() = 0;
 };
 
-// Ok when `cur -> next` is one of the arcs above for a source (or a destination),
-// else FailedPrecondition naming the backend and both states. Backends check with
+// Ok when `cur -> next` is one of the arcs above for a device of `role`, else
+// FailedPrecondition naming the backend and both states. Backends check with
 // this, then act.
-Status CheckTransition(std::string_view backend, bool source, DeviceState cur, DeviceState next);
+Status CheckTransition(std::string_view backend, DeviceRole role, DeviceState cur, DeviceState next);
 
 // Finds a region by id, or nullptr.
 const RegionInfo* FindRegion(const std::vector<RegionInfo>& regions, uint32_t id);
+
+// Ok when region `region` is among `regions` and [offset, offset + length) lies
+// inside it; else InvalidArgument "<backend>: <action> failed: ..." naming the
+// region and the range. Backends check every Read, Write and WriteZeros with
+// this: offsets come off the wire and are never trusted.
+Status CheckRange(std::string_view backend, std::string_view action, const std::vector<RegionInfo>& regions,
+                  uint32_t region, uint64_t offset, uint64_t length);
 
 }  // namespace gpumigrate

@@ -42,7 +42,7 @@ struct ProcSpec {
 // "proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash][,page=SIZE]".
 Result<ProcSpec> ParseProcSpec(std::string_view text);
 
-enum class ProcRole { kSource, kDestination };
+using ProcRole = DeviceRole;  // the name proc callers use
 
 class ProcDevice : public Device {
  public:

@@ -50,7 +50,7 @@ struct SimSpec {
 // kv_rate, hot, page, seed, step, layers; unset keys take the sim:llm values.
 Result<SimSpec> ParseSimSpec(std::string_view text);
 
-enum class SimRole { kSource, kDestination };
+using SimRole = DeviceRole;  // the name sim callers use
 
 // Where the workload stands: the step in progress and the next kernel (layer) to run.
 struct SimPosition {

@@ -92,8 +92,9 @@ class [[nodiscard]] Result {
 #define GM_CONCAT_INNER(a, b) a##b
 #define GM_CONCAT(a, b) GM_CONCAT_INNER(a, b)
 
-// Returns the status from the enclosing function if it is an error. The local
-// has a unique name, so the macro nests (in a lambda inside `expr`) unshadowed.
+// Returns the status from the enclosing function if it is an error. The
+// temporary has a name of its own (__COUNTER__), so the macro may nest: a lambda
+// in `expr` that uses it again does not shadow the outer one (-Wshadow).
 #define GM_RETURN_IF_ERROR(expr) GM_RETURN_IF_ERROR_IMPL(GM_CONCAT(gm_status_, __COUNTER__), expr)
 #define GM_RETURN_IF_ERROR_IMPL(tmp, expr) \
   do {                                     \

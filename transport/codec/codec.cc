@@ -4,11 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <iterator>
 #include <optional>
 
 #include <fmt/format.h>
+
+#include "gpumigrate/units.h"
 
 namespace gpumigrate {
 
@@ -225,14 +228,10 @@ Result<CodecChoice> ParseCodecChoice(std::string_view text) {
     return InvalidArgument(fmt::format("codec: '{}' is not one of {}auto", text, names));
   }
   if (size_t colon = text.find(':'); colon != std::string_view::npos) {
-    std::string level(text.substr(colon + 1));
-    try {
-      size_t used = 0;
-      c.level = std::stoi(level, &used);
-      if (used != level.size()) throw std::invalid_argument("trailing");
-    } catch (...) {
-      return InvalidArgument(fmt::format("codec: level '{}' in '{}' is not a number", level, text));
-    }
+    std::string_view level = text.substr(colon + 1);
+    auto parsed = ParseInt(level, INT_MIN, INT_MAX);
+    if (!parsed.ok()) return InvalidArgument(fmt::format("codec: level '{}' in '{}' is not a number", level, text));
+    c.level = static_cast<int>(*parsed);
     if (c.level < 1 || c.level > ZSTD_maxCLevel()) {
       return InvalidArgument(fmt::format("codec: level {} is outside 1..{}", c.level, ZSTD_maxCLevel()));
     }

@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <cctype>
+#include <charconv>
 #include <fstream>
 #include <mutex>
 #include <vector>
@@ -47,7 +48,10 @@ Result<std::vector<unsigned char>> ReadPsk(const std::string& path) {
     return InvalidArgument(fmt::format("tls: PSK file {} must hold at least 32 bytes as hex (openssl rand -hex 32)", path));
   }
   std::vector<unsigned char> key(hex.size() / 2);
-  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<unsigned char>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < key.size(); ++i) {
+    // Cannot fail: every character was checked to be a hex digit above.
+    (void)std::from_chars(hex.data() + 2 * i, hex.data() + 2 * i + 2, key[i], 16);
+  }
   return key;
 }
 

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "gpumigrate/clock.h"
+#include "gpumigrate/units.h"
 
 namespace gpumigrate {
 
@@ -38,15 +39,9 @@ Result<HostPort> ParseHostPort(std::string_view text) {
     hp.host = std::string(text.substr(0, colon));
     port = text.substr(colon + 1);
   }
-  unsigned long p = 0;
-  try {
-    size_t used = 0;
-    p = std::stoul(std::string(port), &used);
-    if (used != port.size() || p > 65535) throw std::out_of_range("port");
-  } catch (...) {
-    return InvalidArgument(fmt::format("address '{}': port '{}' is not 0..65535", text, port));
-  }
-  hp.port = static_cast<uint16_t>(p);
+  auto p = ParseUint(port, 0, 65535);
+  if (!p.ok()) return InvalidArgument(fmt::format("address '{}': port '{}' is not 0..65535", text, port));
+  hp.port = static_cast<uint16_t>(*p);
   return hp;
 }
 

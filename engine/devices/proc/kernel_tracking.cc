@@ -1,37 +1,33 @@
 #include <fcntl.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <string>
+#include <string_view>
 
 #include "engine/devices/proc/trackers.h"
 #include "engine/devices/proc/uffd_compat.h"
+#include "engine/devices/proc/uffd_probe.h"
 
 namespace gpumigrate::proc {
 
 KernelTracking ProbeKernelTracking() {
   KernelTracking k;
-  int fd = static_cast<int>(syscall(SYS_userfaultfd, O_CLOEXEC | UFFD_USER_MODE_ONLY));
-  if (fd < 0) {
-    k.detail = std::string("userfaultfd() failed: ") + std::strerror(errno) +
-               (errno == EPERM ? " (vm.unprivileged_userfaultfd=0 and no CAP_SYS_PTRACE?)" : "");
+  const UffdProbe uffd = ProbeUffdFeatures();
+  if (!uffd.ok()) {
+    const bool at_open = std::string_view(uffd.failed_call) == "userfaultfd";
+    k.detail = std::string(at_open ? "userfaultfd()" : "UFFDIO_API") + " failed: " + std::strerror(uffd.error) +
+               (at_open && uffd.error == EPERM ? " (vm.unprivileged_userfaultfd=0 and no CAP_SYS_PTRACE?)" : "");
   } else {
-    uffdio_api api{};
-    api.api = UFFD_API;
-    if (ioctl(fd, UFFDIO_API, &api) == 0) {
-      k.userfaultfd = true;
-      k.uffd_features = api.features;
-      k.wp_async = api.features & UFFD_FEATURE_WP_ASYNC;
-      k.wp_unpopulated = api.features & UFFD_FEATURE_WP_UNPOPULATED;
-      k.wp_shmem = api.features & UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
-      if (!k.wp_async) k.detail = "the kernel's userfaultfd lacks UFFD_FEATURE_WP_ASYNC";
-    } else {
-      k.detail = std::string("UFFDIO_API failed: ") + std::strerror(errno);
-    }
-    close(fd);
+    k.userfaultfd = true;
+    k.uffd_features = uffd.features;
+    k.wp_async = uffd.features & UFFD_FEATURE_WP_ASYNC;
+    k.wp_unpopulated = uffd.features & UFFD_FEATURE_WP_UNPOPULATED;
+    k.wp_shmem = uffd.features & UFFD_FEATURE_WP_HUGETLBFS_SHMEM;
+    if (!k.wp_async) k.detail = "the kernel's userfaultfd lacks UFFD_FEATURE_WP_ASYNC";
   }
   // PAGEMAP_SCAN: a one-page scan of our own memory, without write-protecting.
   int pm = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);

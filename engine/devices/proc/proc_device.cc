@@ -126,9 +126,8 @@ class ProcDeviceImpl : public ProcDevice {
   Status SetState(DeviceState next) override {
     const DeviceState cur = state_;
     if (cur == next) return Status::Ok();
-    const bool source = role_ == ProcRole::kSource;
-    GM_RETURN_IF_ERROR(CheckTransition("proc device", source, cur, next));
-    if (source) {
+    GM_RETURN_IF_ERROR(CheckTransition("proc device", role_, cur, next));
+    if (role_ == ProcRole::kSource) {
       switch (next) {
         case DeviceState::kStopCopy:
           GM_RETURN_IF_ERROR(Request(w::Msg::kPause, {}, kPauseTimeoutMs).status().WithContext("pause the workload"));
@@ -363,13 +362,8 @@ class ProcDeviceImpl : public ProcDevice {
   }
 
   Result<Region*> Check(uint32_t region, uint64_t offset, uint64_t len, const char* what) {
-    if (region >= regions_.size()) return InvalidArgument(fmt::format("proc device: {} of unknown region {}", what, region));
-    Region& r = regions_[region];
-    if (offset > r.info.size_bytes || len > r.info.size_bytes - offset) {
-      return InvalidArgument(fmt::format("proc device: {} of [{}, +{}) outside region {} ({} bytes)", what, offset, len,
-                                         region, r.info.size_bytes));
-    }
-    return &r;
+    GM_RETURN_IF_ERROR(CheckRange("proc device", what, infos_, region, offset, len));
+    return &regions_[region];  // region ids are indices here
   }
 
   Status RemoteError(const char* call, ssize_t n) const {

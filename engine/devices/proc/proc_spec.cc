@@ -1,7 +1,8 @@
-#include <charconv>
+#include <climits>
 
 #include <fmt/format.h>
 
+#include "engine/devices/device_spec.h"
 #include "gpumigrate/proc.h"
 #include "gpumigrate/units.h"
 
@@ -32,22 +33,16 @@ Result<ProcSpec> ParseProcSpec(std::string_view text) {
                                        text, why));
   };
   if (text.substr(0, kPrefix.size()) != kPrefix) return bad("not a proc device");
-  std::string_view rest = text.substr(kPrefix.size());
+  GM_ASSIGN_OR_RETURN(SplitSpec split, SplitDeviceSpec(text));
   ProcSpec spec;
-  bool first = true;
-  while (!rest.empty() || first) {
-    size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (first) {
-      first = false;
-      auto [p, ec] = std::from_chars(item.data(), item.data() + item.size(), spec.pid);
-      if (ec != std::errc() || p != item.data() + item.size() || spec.pid <= 0) return bad("PID must be a positive number");
-      continue;
-    }
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos) return bad(fmt::format("'{}' is not key=value", item));
-    std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+  // The first token is the PID; the rest are key=value.
+  auto pid = ParseInt(split.tokens.empty() || split.tokens[0].has_value ? "" : split.tokens[0].key, 1, INT_MAX);
+  if (!pid.ok()) return bad("PID must be a positive number");
+  spec.pid = static_cast<int>(*pid);
+  for (size_t i = 1; i < split.tokens.size(); ++i) {
+    const SpecToken& token = split.tokens[i];
+    if (!token.has_value) return bad(fmt::format("'{}' is not key=value", token.key));
+    std::string_view key = token.key, value = token.value;
     if (key == "tracker") {
       if (value == "auto") spec.tracker = ProcTracking::kAuto;
       else if (value == "pagemap-scan" || value == "async") spec.tracker = ProcTracking::kPagemapScan;

@@ -145,7 +145,7 @@ class SimDeviceImpl final : public SimDevice {
     std::lock_guard op(op_mu_);
     DeviceState cur = state_.load();
     if (cur == next) return Status::Ok();
-    GM_RETURN_IF_ERROR(CheckTransition("sim device", role_ == SimRole::kSource, cur, next));
+    GM_RETURN_IF_ERROR(CheckTransition("sim device", role_, cur, next));
     if (role_ == SimRole::kSource) {
       if (next == DeviceState::kRunning) {
         ResumeWorkload();
@@ -313,22 +313,15 @@ class SimDeviceImpl final : public SimDevice {
 
  private:
   Result<SimRegion*> Check(uint32_t region, uint64_t offset, uint64_t length, const char* what) {
-    if (region >= regions_.size() || regions_[region].info.size_bytes == 0) {
-      return InvalidArgument(fmt::format("sim device: {} failed: no region {}", what, region));
-    }
-    SimRegion* r = &regions_[region];
-    if (offset > r->info.size_bytes || length > r->info.size_bytes - offset) {
-      return InvalidArgument(fmt::format("sim device: {} failed: [{}, +{}) is outside region {} ({} bytes)", what,
-                                         offset, length, r->info.name, r->info.size_bytes));
-    }
-    return r;
+    GM_RETURN_IF_ERROR(CheckRange("sim device", what, infos_, region, offset, length));
+    return &regions_[region];  // infos_ holds the regions with size, each at its id
   }
 
   Result<SimRegion*> CheckWritable(uint32_t region, uint64_t offset, uint64_t length) {
     if (role_ != SimRole::kDestination || state_ != DeviceState::kResuming) {
       return FailedPrecondition(fmt::format("sim device: write failed: device is a {} in {}, writes need a "
                                             "destination in RESUMING",
-                                            role_ == SimRole::kSource ? "source" : "destination",
+                                            DeviceRoleName(role_),
                                             DeviceStateName(state_)));
     }
     return Check(region, offset, length, "write");

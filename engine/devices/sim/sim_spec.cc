@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/devices/device_spec.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/units.h"
 
@@ -10,30 +11,18 @@ namespace gpumigrate {
 namespace {
 
 Result<double> ParseFraction(std::string_view key, std::string_view value) {
-  double v = 0;
-  try {
-    size_t used = 0;
-    v = std::stod(std::string(value), &used);
-    if (used != value.size()) throw std::invalid_argument("trailing");
-  } catch (...) {
-    return InvalidArgument(fmt::format("device spec: '{}={}' is not a number", key, value));
-  }
-  if (!(v >= 0 && v <= 1)) {
+  auto v = ParseDouble(value);
+  if (!v.ok()) return InvalidArgument(fmt::format("device spec: '{}={}' is not a number", key, value));
+  if (!(*v >= 0 && *v <= 1)) {
     return InvalidArgument(fmt::format("device spec: '{}={}' must be a fraction between 0 and 1", key, value));
   }
-  return v;
+  return *v;
 }
 
 Result<uint64_t> ParseCount(std::string_view key, std::string_view value) {
-  uint64_t v = 0;
-  try {
-    size_t used = 0;
-    v = std::stoull(std::string(value), &used);
-    if (used != value.size()) throw std::invalid_argument("trailing");
-  } catch (...) {
-    return InvalidArgument(fmt::format("device spec: '{}={}' is not a whole number", key, value));
-  }
-  return v;
+  auto v = ParseUint(value);
+  if (!v.ok()) return InvalidArgument(fmt::format("device spec: '{}={}' is not a whole number", key, value));
+  return *v;
 }
 
 // The largest IEC unit that divides `bytes` exactly, so the text parses back to the same value.
@@ -60,23 +49,17 @@ std::string SimSpec::ToString() const {
 
 Result<SimSpec> ParseSimSpec(std::string_view text) {
   SimSpec spec;
-  std::string_view rest;
   if (text == "sim" || text == "sim:llm") return spec;
   if (text.substr(0, 4) != "sim:") {
     return InvalidArgument(fmt::format("device spec: '{}' is not a sim spec (expected sim:llm or sim:key=value,...)", text));
   }
-  rest = text.substr(4);
-  while (!rest.empty()) {
-    size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    if (item.empty()) continue;
-    if (item == "llm") continue;
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      return InvalidArgument(fmt::format("device spec: '{}' in '{}' is not key=value", item, text));
+  GM_ASSIGN_OR_RETURN(SplitSpec split, SplitDeviceSpec(text));
+  for (const SpecToken& token : split.tokens) {
+    if (!token.has_value && token.key == "llm") continue;
+    if (!token.has_value) {
+      return InvalidArgument(fmt::format("device spec: '{}' in '{}' is not key=value", token.key, text));
     }
-    std::string_view key = item.substr(0, eq), value = item.substr(eq + 1);
+    std::string_view key = token.key, value = token.value;
     if (key == "size") {
       GM_ASSIGN_OR_RETURN(spec.size_bytes, ParseSize(value));
     } else if (key == "static") {

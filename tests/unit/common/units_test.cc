@@ -20,6 +20,32 @@ TEST(Units, Sizes) {
   EXPECT_FALSE(ParseSize("1e30").ok());
 }
 
+TEST(Units, BareNumbers) {
+  EXPECT_EQ(*ParseUint("0"), 0u);
+  EXPECT_EQ(*ParseUint("18446744073709551615"), UINT64_MAX);
+  EXPECT_EQ(*ParseUint("443", 0, 65535), 443u);
+  EXPECT_FALSE(ParseUint("").ok());
+  EXPECT_FALSE(ParseUint("12x").ok());
+  EXPECT_FALSE(ParseUint(" 12").ok());
+  EXPECT_FALSE(ParseUint("-1").ok());  // std::stoull would have wrapped it around
+  EXPECT_FALSE(ParseUint("18446744073709551616").ok());
+  EXPECT_NE(ParseUint("65536", 0, 65535).status().message().find("'65536' is outside 0..65535"), std::string::npos);
+  EXPECT_NE(ParseUint("0", 1).status().message().find("outside 1.."), std::string::npos);
+  EXPECT_NE(ParseUint("abc").status().message().find("'abc' is not a whole number"), std::string::npos);
+
+  EXPECT_EQ(*ParseInt("-3"), -3);
+  EXPECT_EQ(*ParseInt("22", 1, 22), 22);
+  EXPECT_FALSE(ParseInt("23", 1, 22).ok());
+  EXPECT_FALSE(ParseInt("3.5").ok());
+
+  EXPECT_DOUBLE_EQ(*ParseDouble("0.75"), 0.75);
+  EXPECT_DOUBLE_EQ(*ParseDouble("1"), 1.0);
+  EXPECT_DOUBLE_EQ(*ParseDouble("-2.5"), -2.5);
+  EXPECT_FALSE(ParseDouble("").ok());
+  EXPECT_FALSE(ParseDouble("0.5x").ok());
+  EXPECT_NE(ParseDouble("half").status().message().find("'half' is not a number"), std::string::npos);
+}
+
 TEST(Units, Rates) {
   EXPECT_DOUBLE_EQ(*ParseRateBytesPerS("100Gbit"), 100e9 / 8);
   EXPECT_DOUBLE_EQ(*ParseRateBytesPerS("25Gbit/s"), 25e9 / 8);
