@@ -67,15 +67,20 @@ Result<Calibration> LoadStoredCalibration() {
   std::ifstream in(path);
   if (!in) return Unavailable(fmt::format("calibration: no stored calibration at {}", path));
   auto j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1) {
-    return Corrupt(fmt::format("calibration: {} is not a version 1 calibration file", path));
-  }
   Calibration c;
-  c.fixed_cost_ms = j.value("fixed_cost_ms", -1.0);
-  c.inprocess_bytes_per_s = j.value("inprocess_bytes_per_s", -1.0);
-  c.inprocess_low_bytes_per_s = j.value("inprocess_low_bytes_per_s", c.inprocess_bytes_per_s);
-  c.inprocess_high_bytes_per_s = j.value("inprocess_high_bytes_per_s", c.inprocess_bytes_per_s);
-  c.measured_at = j.value("measured_at", "");
+  // json::value() throws when a field holds the wrong type: a damaged file, not a crash.
+  try {
+    if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1) {
+      return Corrupt(fmt::format("calibration: {} is not a version 1 calibration file", path));
+    }
+    c.fixed_cost_ms = j.value("fixed_cost_ms", -1.0);
+    c.inprocess_bytes_per_s = j.value("inprocess_bytes_per_s", -1.0);
+    c.inprocess_low_bytes_per_s = j.value("inprocess_low_bytes_per_s", c.inprocess_bytes_per_s);
+    c.inprocess_high_bytes_per_s = j.value("inprocess_high_bytes_per_s", c.inprocess_bytes_per_s);
+    c.measured_at = j.value("measured_at", "");
+  } catch (const nlohmann::json::exception& e) {
+    return Corrupt(fmt::format("calibration: {} is damaged: {}", path, e.what()));
+  }
   c.path = path;
   if (c.fixed_cost_ms < 0 || c.inprocess_bytes_per_s <= 0) {
     return Corrupt(fmt::format("calibration: {} lacks its figures", path));

@@ -1,8 +1,11 @@
 #include "transport/net/session_connect.h"
 
 #include <array>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -38,9 +41,32 @@ std::array<std::byte, 48> Encode(const Preamble& p) {
   return b;
 }
 
-Result<Preamble> Read(Stream& s, std::chrono::milliseconds /*timeout*/) {
+// A connection that sends nothing must not hold the join past `timeout`: a
+// watchdog closes the stream, which ends the pending read (Stream contract).
+Result<Preamble> Read(Stream& s, std::chrono::milliseconds timeout) {
   std::array<std::byte, 48> b;
-  GM_RETURN_IF_ERROR(s.ReadExact(b).WithContext("session join: read preamble"));
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false, expired = false;
+  std::thread watchdog([&] {
+    std::unique_lock lk(mu);
+    if (!cv.wait_for(lk, timeout, [&] { return done; })) {
+      expired = true;
+      s.Close();
+    }
+  });
+  Status st = s.ReadExact(b);
+  {
+    std::lock_guard lk(mu);
+    done = true;
+  }
+  cv.notify_all();
+  watchdog.join();
+  if (expired) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  fmt::format("session join: read preamble failed: no preamble within {} ms", timeout.count()));
+  }
+  GM_RETURN_IF_ERROR(st.WithContext("session join: read preamble"));
   uint32_t magic;
   uint16_t version;
   Preamble p;

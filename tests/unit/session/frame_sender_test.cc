@@ -1,0 +1,277 @@
+// FrameSender over in-memory streams: numbering, headers, tags, counters,
+// backpressure, the first write error and Flush. Every wait is bounded.
+#include "engine/session/frame_sender.h"
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "gpumigrate/clock.h"
+
+namespace gpumigrate {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr uint64_t kKey = 0x0123456789abcdefULL;
+
+FrameKeys IntegrityKeys() {
+  FrameKeys k;
+  k.integrity_key = kKey;
+  return k;
+}
+
+std::vector<std::byte> Bytes(size_t n, uint8_t seed) {
+  std::vector<std::byte> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
+  return v;
+}
+
+// Polls `cond` for up to `limit` of real time.
+template <typename F>
+bool Eventually(F cond, std::chrono::milliseconds limit = 5000ms) {
+  auto end = std::chrono::steady_clock::now() + limit;
+  while (!cond()) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+  return true;
+}
+
+struct ReadFrame {
+  wire::FrameHeader header;
+  wire::HeaderBytes header_bytes;
+  std::vector<std::byte> payload;
+  wire::Tag tag;
+};
+
+ReadFrame ReadOne(Stream& s) {
+  ReadFrame f;
+  EXPECT_TRUE(s.ReadExact(f.header_bytes).ok());
+  auto h = wire::DecodeHeader(f.header_bytes);
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (!h.ok()) return f;
+  f.header = *h;
+  f.payload.resize(f.header.payload_length);
+  EXPECT_TRUE(s.ReadExact(f.payload).ok());
+  EXPECT_TRUE(s.ReadExact(f.tag).ok());
+  return f;
+}
+
+// A stream whose writes wait until the test opens the gate; counts what was written.
+class GateStream final : public Stream {
+ public:
+  std::string Name() const override { return "gate"; }
+  Status WriteAll(std::span<const std::byte> data) override {
+    std::unique_lock lk(mu_);
+    ++writes_started_;
+    cv_.notify_all();
+    cv_.wait(lk, [&] { return open_ || closed_; });
+    if (closed_) return Unavailable("gate: write failed: stream closed");
+    bytes_ += data.size();
+    ++writes_done_;
+    return Status::Ok();
+  }
+  Status ReadExact(std::span<std::byte>) override { return Unavailable("gate: not readable"); }
+  void Close() override {
+    std::lock_guard lk(mu_);
+    closed_ = true;
+    cv_.notify_all();
+  }
+  void Open() {
+    std::lock_guard lk(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  int writes_started() {
+    std::lock_guard lk(mu_);
+    return writes_started_;
+  }
+  int writes_done() {
+    std::lock_guard lk(mu_);
+    return writes_done_;
+  }
+  uint64_t bytes() {
+    std::lock_guard lk(mu_);
+    return bytes_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false, closed_ = false;
+  int writes_started_ = 0, writes_done_ = 0;
+  uint64_t bytes_ = 0;
+};
+
+// A stream that accepts writes until its `fail_at`-th (0-based), which fails.
+class FailingStream final : public Stream {
+ public:
+  explicit FailingStream(int fail_at) : fail_at_(fail_at) {}
+  std::string Name() const override { return "failing"; }
+  Status WriteAll(std::span<const std::byte>) override {
+    if (writes_++ == fail_at_) return Unavailable("failing: write failed: connection reset");
+    return Status::Ok();
+  }
+  Status ReadExact(std::span<std::byte>) override { return Unavailable("failing: not readable"); }
+  void Close() override {}
+
+ private:
+  const int fail_at_;
+  std::atomic<int> writes_{0};
+};
+
+TEST(FrameSender, NumbersFramesPerStreamRoundRobinWithDecodableHeadersAndValidTags) {
+  auto [w0, r0] = MakePipe("d0");
+  auto [w1, r1] = MakePipe("d1");
+  FakeClock clock;
+  FrameSender sender({w0.get(), w1.get()}, IntegrityKeys(), 0, clock);
+  std::vector<std::vector<std::byte>> payloads;
+  for (int i = 0; i < 5; ++i) payloads.push_back(Bytes(100 + 10 * i, static_cast<uint8_t>(i)));
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(sender
+                    .Send(wire::FrameType::kPages, /*region=*/7, /*round=*/2, /*offset=*/4096u * i,
+                          /*raw_length=*/4096, payloads[i], /*codec_flags=*/static_cast<uint8_t>(i))
+                    .ok());
+  }
+  ASSERT_TRUE(sender.Flush().ok());
+
+  // Frame i went to stream i % 2 as that stream's (i / 2)-th frame.
+  auto protector = MakeFrameProtector(IntegrityKeys());
+  Stream* readers[2] = {r0.get(), r1.get()};
+  uint64_t expect_bytes[2] = {0, 0};
+  for (int i = 0; i < 5; ++i) {
+    ReadFrame f = ReadOne(*readers[i % 2]);
+    EXPECT_EQ(f.header.type, wire::FrameType::kPages);
+    EXPECT_EQ(f.header.codec_flags, i);
+    EXPECT_EQ(f.header.stream_id, static_cast<uint32_t>(i % 2));
+    EXPECT_EQ(f.header.sequence, static_cast<uint64_t>(i / 2));
+    EXPECT_EQ(f.header.region, 7u);
+    EXPECT_EQ(f.header.round, 2u);
+    EXPECT_EQ(f.header.offset, 4096u * i);
+    EXPECT_EQ(f.header.raw_length, 4096u);
+    EXPECT_EQ(f.header.payload_length, payloads[i].size());
+    EXPECT_EQ(f.payload, payloads[i]);  // integrity only: the payload is in the clear
+    EXPECT_EQ(f.tag, wire::ComputeTag(kKey, f.header_bytes, payloads[i]));
+    EXPECT_TRUE(protector->Open(f.header_bytes, f.header.stream_id, f.header.sequence, f.payload, f.tag).ok());
+    // The tag covers the payload: a flipped byte no longer verifies.
+    f.payload[0] ^= std::byte{1};
+    EXPECT_FALSE(protector->Open(f.header_bytes, f.header.stream_id, f.header.sequence, f.payload, f.tag).ok());
+    expect_bytes[i % 2] += wire::kFrameHeaderBytes + payloads[i].size() + wire::kFrameTagBytes;
+  }
+  EXPECT_EQ(sender.frames_per_stream(), (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(sender.bytes_per_stream(), (std::vector<uint64_t>{expect_bytes[0], expect_bytes[1]}));
+  EXPECT_EQ(sender.bytes_sent(), expect_bytes[0] + expect_bytes[1]);
+}
+
+TEST(FrameSender, AesGcmFramesOpenWithTheSameKeyOnly) {
+  auto [w, r] = MakePipe("d0");
+  FakeClock clock;
+  FrameKeys keys;
+  keys.aes_gcm = true;
+  for (size_t i = 0; i < keys.aes_key.size(); ++i) keys.aes_key[i] = static_cast<std::byte>(i);
+  FrameSender sender({w.get()}, keys, 0, clock);
+  auto payload = Bytes(300, 9);
+  ASSERT_TRUE(sender.Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, 0, 0, 300, payload).ok());
+  ASSERT_TRUE(sender.Flush().ok());
+  ReadFrame f = ReadOne(*r);
+  EXPECT_EQ(f.header.type, wire::FrameType::kDeviceState);
+  EXPECT_NE(f.payload, payload) << "AES-GCM encrypts the payload";
+  auto good = f.payload;
+  ASSERT_TRUE(MakeFrameProtector(keys)->Open(f.header_bytes, 0, 0, good, f.tag).ok());
+  EXPECT_EQ(good, payload);
+  FrameKeys other = keys;
+  other.aes_key[0] = std::byte{0xff};
+  auto bad = f.payload;
+  EXPECT_FALSE(MakeFrameProtector(other)->Open(f.header_bytes, 0, 0, bad, f.tag).ok());
+}
+
+TEST(FrameSender, SendBlocksOnceTheLaneBudgetIsQueued) {
+  GateStream gate;
+  FakeClock clock;
+  FrameSender sender({&gate}, IntegrityKeys(), 0, clock);
+  // 1 MiB payloads: each frame is 1 MiB + 64 bytes, so three fit in the 4 MiB
+  // budget and the fourth does not (4 MiB + 256 > kLaneBudgetBytes).
+  static_assert(FrameSender::kLaneBudgetBytes == 4 << 20);
+  const auto payload = Bytes(1 << 20, 1);
+  std::atomic<int> sent{0};
+  std::thread sending([&] {
+    for (int i = 0; i < 5; ++i) {
+      EXPECT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 1 << 20, payload).ok());
+      ++sent;
+    }
+  });
+  // The first frame is stuck in its write and still counts against the budget.
+  EXPECT_TRUE(Eventually([&] { return sent.load() >= 3 && gate.writes_started() == 1; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(sent.load(), 3) << "the fourth Send must wait for room in the lane";
+  EXPECT_EQ(gate.writes_done(), 0);
+  gate.Open();  // whatever happened above, so the sending thread can finish
+  sending.join();
+  EXPECT_EQ(sent.load(), 5);
+  ASSERT_TRUE(sender.Flush().ok());
+  EXPECT_EQ(gate.writes_done(), 5);
+  EXPECT_EQ(gate.bytes(), 5 * ((1u << 20) + wire::kFrameHeaderBytes + wire::kFrameTagBytes));
+  EXPECT_EQ(sender.bytes_sent(), gate.bytes());
+}
+
+TEST(FrameSender, FlushWaitsUntilEveryFrameIsWritten) {
+  GateStream gate;
+  FakeClock clock;
+  FrameSender sender({&gate}, IntegrityKeys(), 0, clock);
+  const auto payload = Bytes(1000, 2);
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 1000, payload).ok());
+  // The lane has taken the frame off its queue and is stuck writing it: an empty
+  // queue is not "everything written".
+  EXPECT_TRUE(Eventually([&] { return gate.writes_started() == 1; }));
+  auto flushed = std::async(std::launch::async, [&] { return sender.Flush(); });
+  EXPECT_EQ(flushed.wait_for(50ms), std::future_status::timeout) << "Flush returned with a frame unwritten";
+  gate.Open();
+  ASSERT_EQ(flushed.wait_for(5s), std::future_status::ready);
+  EXPECT_TRUE(flushed.get().ok());
+  EXPECT_EQ(gate.writes_done(), 1);
+  // More frames after a Flush: the next Flush waits for them too.
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 1000, payload).ok());
+  ASSERT_TRUE(sender.Flush().ok());
+  EXPECT_EQ(gate.writes_done(), 4);
+}
+
+TEST(FrameSender, TheFirstWriteErrorNamesStreamAndFrameAndSticks) {
+  FailingStream ok_stream(/*fail_at=*/-1);
+  FailingStream bad_stream(/*fail_at=*/1);  // its second frame, sequence 1
+  FakeClock clock;
+  FrameSender sender({&ok_stream, &bad_stream}, IntegrityKeys(), 0, clock);
+  const auto payload = Bytes(64, 3);
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 64, payload).ok());
+  Status flushed = sender.Flush();
+  EXPECT_EQ(flushed.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(flushed.message(), "data stream 1: send frame 1: failing: write failed: connection reset");
+  Status later = sender.Send(wire::FrameType::kPages, 0, 0, 0, 64, payload);
+  EXPECT_EQ(later.code(), StatusCode::kUnavailable);
+  EXPECT_EQ(later.message(), flushed.message());
+  EXPECT_EQ(sender.Flush().message(), flushed.message());
+}
+
+TEST(FrameSender, RateCapSleepsOnTheClock) {
+  auto [w, r] = MakePipe("d0");
+  FakeClock clock;
+  // 1000 B/s; the burst is the limiter's default (4 MiB), so 4 MiB + 1000 bytes
+  // of frames take exactly one fake second.
+  FrameSender sender({w.get()}, IntegrityKeys(), 1000, clock);
+  const size_t frame_bytes = (4u << 20) + 1000;
+  const auto payload = Bytes(frame_bytes - wire::kFrameHeaderBytes - wire::kFrameTagBytes, 4);
+  std::thread reader([&] {
+    std::vector<std::byte> sink(frame_bytes);
+    EXPECT_TRUE(r->ReadExact(sink).ok());
+  });
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 0, payload).ok());
+  ASSERT_TRUE(sender.Flush().ok());
+  reader.join();
+  EXPECT_EQ(clock.Now().time_since_epoch(), std::chrono::nanoseconds(1s));
+}
+
+}  // namespace
+}  // namespace gpumigrate
