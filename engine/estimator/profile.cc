@@ -21,40 +21,10 @@ struct Level {
   std::vector<double> windows_s;
 };
 
-}  // namespace
-
-Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Clock& clock) {
-  if (device.State() != DeviceState::kRunning) {
-    return FailedPrecondition(fmt::format("estimator: dry run failed: device is {}, expected RUNNING",
-                                          DeviceStateName(device.State())));
-  }
-  DirtyTracker* tracker = device.Tracker();
-  if (tracker == nullptr) return Unimplemented("estimator: dry run failed: the device has no dirty tracker");
-  if (opt.interval.count() <= 0 || opt.sample < opt.interval) {
-    return InvalidArgument("estimator: the sampling window must be at least one sync interval long");
-  }
-  const auto& regions = device.Regions();
-  DeviceProfile prof;
-  prof.device = device.Describe();
-  GM_ASSIGN_OR_RETURN(PendingBytes pending, device.PendingExact());
-  prof.device_state_bytes = pending.stop_copy_bytes;
-
-  // Non-zero fraction and codec figures from evenly spread pages: the same
-  // sample-and-measure the source runs before choosing a codec.
-  RegionSampleOptions so;
-  so.spread_pages = opt.pages_sampled_per_region;
-  so.sample_bytes = opt.codec_sample_bytes;
-  so.level = opt.codec_level;
-  for (const RegionInfo& r : regions) {
-    RegionProfile rp;
-    rp.info = r;
-    auto sample = SampleRegion(device, r, so);
-    if (!sample.ok()) return sample.status().WithContext("estimator: sample pages");
-    rp.nonzero_fraction = sample->nonzero_fraction();
-    rp.codecs = sample->codecs;
-    prof.regions.push_back(std::move(rp));
-  }
-
+// Syncs the tracker every opt.interval for opt.sample; level j ORs 2^j syncs
+// together, so each level measures the dirty set over a window twice as long.
+Result<std::vector<Level>> SampleWorkingSets(DirtyTracker* tracker, const std::vector<RegionInfo>& regions,
+                                             const SampleOptions& opt, Clock& clock, DeviceProfile& prof) {
   // Levels 0..L-1 with 2^(L-1) intervals fitting the window at least once.
   const uint64_t total_syncs = static_cast<uint64_t>(opt.sample / opt.interval);
   uint32_t levels = 1;
@@ -100,7 +70,13 @@ Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Cl
   prof.sample_s = std::chrono::duration<double>(clock.Now() - t0).count();
   prof.syncs = static_cast<uint32_t>(total_syncs);
 
-  for (size_t i = 0; i < regions.size(); ++i) {
+  return lv;
+}
+
+// Per region and level: the median window and the low/median/high bytes dirtied in it.
+void FillCurves(const std::vector<Level>& lv, DeviceProfile& prof) {
+  const size_t n = prof.regions.size();
+  for (size_t i = 0; i < n; ++i) {
     WorkingSetCurve& c = prof.regions[i].dirty;
     for (const Level& l : lv) {
       if (l.samples[i].empty()) continue;
@@ -111,6 +87,44 @@ Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Cl
       c.high_bytes.push_back(*std::max_element(v.begin(), v.end()));
     }
   }
+}
+
+}  // namespace
+
+Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& opt, Clock& clock) {
+  if (device.State() != DeviceState::kRunning) {
+    return FailedPrecondition(fmt::format("estimator: dry run failed: device is {}, expected RUNNING",
+                                          DeviceStateName(device.State())));
+  }
+  DirtyTracker* tracker = device.Tracker();
+  if (tracker == nullptr) return Unimplemented("estimator: dry run failed: the device has no dirty tracker");
+  if (opt.interval.count() <= 0 || opt.sample < opt.interval) {
+    return InvalidArgument("estimator: the sampling window must be at least one sync interval long");
+  }
+  const auto& regions = device.Regions();
+  DeviceProfile prof;
+  prof.device = device.Describe();
+  GM_ASSIGN_OR_RETURN(PendingBytes pending, device.PendingExact());
+  prof.device_state_bytes = pending.stop_copy_bytes;
+
+  // Non-zero fraction and codec figures from evenly spread pages: the same
+  // sample-and-measure the source runs before choosing a codec.
+  RegionSampleOptions so;
+  so.spread_pages = opt.pages_sampled_per_region;
+  so.sample_bytes = opt.codec_sample_bytes;
+  so.level = opt.codec_level;
+  for (const RegionInfo& r : regions) {
+    RegionProfile rp;
+    rp.info = r;
+    auto sample = SampleRegion(device, r, so);
+    if (!sample.ok()) return sample.status().WithContext("estimator: sample pages");
+    rp.nonzero_fraction = sample->nonzero_fraction();
+    rp.codecs = sample->codecs;
+    prof.regions.push_back(std::move(rp));
+  }
+
+  GM_ASSIGN_OR_RETURN(std::vector<Level> lv, SampleWorkingSets(tracker, regions, opt, clock, prof));
+  FillCurves(lv, prof);
   return prof;
 }
 

@@ -245,6 +245,26 @@ class TlsStreamImpl final : public TlsStream {
   std::atomic<bool> closed_{false};
 };
 
+// Why a handshake failed, in words: the peer's silence, a socket error, or
+// OpenSSL's reasons (with the certificate check's verdict).
+std::string HandshakeFailure(SSL* ssl, const TlsConfig& cfg, int err, int saved_errno,
+                             std::chrono::milliseconds timeout) {
+  if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
+    return fmt::format("no answer within {} ms", timeout.count());
+  }
+  if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
+    // The socket, not TLS, failed: the peer closed mid-handshake.
+    return saved_errno != 0 ? fmt::format("{} (errno {})", std::strerror(saved_errno), saved_errno)
+                            : std::string("the peer closed the connection during the handshake");
+  }
+  std::string why = OpenSslErrors();
+  long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK && !cfg.uses_psk()) {
+    why += fmt::format(" (peer certificate: {})", X509_verify_cert_error_string(verify));
+  }
+  return why;
+}
+
 Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool server,
                                              std::chrono::milliseconds timeout) {
   if (std::string p = cfg.Problem(); !p.empty()) {
@@ -318,20 +338,7 @@ Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool 
     if (!(again && saved_errno == EINTR && std::chrono::steady_clock::now() < deadline)) break;
   }
   if (rc != 1) {
-    long verify = SSL_get_verify_result(ssl);
-    std::string why;
-    if (err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE) {
-      why = fmt::format("no answer within {} ms", timeout.count());
-    } else if (err == SSL_ERROR_SYSCALL && ERR_peek_error() == 0) {
-      // The socket, not TLS, failed: the peer closed mid-handshake.
-      why = saved_errno != 0 ? fmt::format("{} (errno {})", std::strerror(saved_errno), saved_errno)
-                             : std::string("the peer closed the connection during the handshake");
-    } else {
-      why = OpenSslErrors();
-      if (verify != X509_V_OK && !cfg.uses_psk()) {
-        why += fmt::format(" (peer certificate: {})", X509_verify_cert_error_string(verify));
-      }
-    }
+    std::string why = HandshakeFailure(ssl, cfg, err, saved_errno, timeout);
     SSL_free(ssl);
     SSL_CTX_free(ctx);
     ::close(fd);
