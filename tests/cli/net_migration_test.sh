@@ -8,7 +8,7 @@ tmp=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 fail=0
-check() { if [ "$2" != "$3" ]; then echo "FAIL: $1: exit code $3, expected $2"; fail=1; else echo "ok: $1"; fi; }
+source "$(dirname "$0")/lib.sh"
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
 
 # start_receiver NAME DEVICE [ARGS...]: runs `receive` in the background; sets $port and $rpid.
@@ -27,18 +27,6 @@ start_receiver() {
   [ -n "$port" ] || { echo "FAIL: $name: receiver did not start"; cat "$tmp/$name.recv.err"; fail=1; }
 }
 
-json_check() {  # json_check FILE PYTHON-EXPRESSION-ON-r MESSAGE
-  python3 - "$1" "$2" "$3" <<'PY' || fail=1
-import json, sys
-try:
-    r = json.loads(open(sys.argv[1]).read())
-except Exception as e:
-    print(f"FAIL: {sys.argv[3]}: no JSON ({e})"); sys.exit(1)
-if not eval(sys.argv[2]):
-    print(f"FAIL: {sys.argv[3]}: {json.dumps(r)[:600]}"); sys.exit(1)
-print(f"ok: {sys.argv[3]}")
-PY
-}
 
 dev="sim:size=64MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
 

@@ -14,6 +14,7 @@ tmp=$(mktemp -d)
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
 fail=0
+source "$here/lib.sh"
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
 openssl rand -hex 32 >"$tmp/psk"
 dev="sim:size=64MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
@@ -26,18 +27,6 @@ expect() {
   fail=1
 }
 
-json_check() {  # json_check FILE PYTHON-EXPRESSION-ON-r MESSAGE
-  python3 - "$1" "$2" "$3" <<'PY' || fail=1
-import json, sys
-try:
-    r = json.loads(open(sys.argv[1]).read())
-except Exception as e:
-    print(f"FAIL: {sys.argv[3]}: no JSON ({e})"); sys.exit(1)
-if not eval(sys.argv[2]):
-    print(f"FAIL: {sys.argv[3]}: {json.dumps(r)[:700]}"); sys.exit(1)
-print(f"ok: {sys.argv[3]}")
-PY
-}
 
 # start_receiver NAME [ENV=VALUE...]: sets $port and $rpid.
 start_receiver() {

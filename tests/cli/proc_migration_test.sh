@@ -15,8 +15,7 @@ export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
 pids=()
 trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' EXIT
 fail=0
-check() { if [ "$2" != "$3" ]; then echo "FAIL: $1: exit code $3, expected $2"; fail=1; else echo "ok: $1"; fi; }
-contains() { if grep -q -- "$3" "$2"; then echo "ok: $1"; else echo "FAIL: $1: '$3' not in $2:"; sed 's/^/    /' "$2" | tail -20; fail=1; fi; }
+source "$(dirname "$0")/lib.sh"
 
 # start_workload NAME ARGS...: sets $wpid (the workload's own pid, from its ready
 # line) and $tpid (the `timeout` around it, to wait on) once it is ready.
