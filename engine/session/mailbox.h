@@ -142,6 +142,7 @@ class ControlReader {
             if (env->has_abort() && on_abort) on_abort(env->abort());
             box->Post(std::move(env).value());
           }
+          box->ReaderDone();  // stopped before (or between) reads: no message will come either
         }) {}
   // The owner must close the control stream before destroying the reader.
   ~ControlReader() {

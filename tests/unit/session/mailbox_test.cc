@@ -223,5 +223,27 @@ TEST(ControlReader, StopQuietlyRecordsNoFailure) {
   EXPECT_TRUE(box.failure().ok()) << box.failure().ToString();
 }
 
+// However the reader ends, stopped before its first read included, it says no
+// message will come: PeerAbort must not wait out its deadline (on a fake clock,
+// that is forever; the future bounds the test in real time).
+TEST(ControlReader, AReaderStoppedAtOnceIsDone) {
+  for (int i = 0; i < 50; ++i) {
+    FakeClock clock;
+    Mailbox box(clock);
+    auto [peer, local] = MakePipe("control");
+    {
+      ControlReader reader(local.get(), &box, nullptr);
+      reader.StopQuietly();
+      local->Close();
+    }
+    auto abort = std::async(std::launch::async, [&] { return box.PeerAbort(clock.Now() + 1h); });
+    if (abort.wait_for(2s) != std::future_status::ready) {
+      box.Post(Abort("unblock the waiter"));  // so the future can be destroyed
+      FAIL() << "PeerAbort still waiting after the reader ended (run " << i << ")";
+    }
+    EXPECT_FALSE(abort.get().has_value());
+  }
+}
+
 }  // namespace
 }  // namespace gpumigrate
