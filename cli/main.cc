@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/checkpoint_commands.h"
 #include "cli/demo_command.h"
 #include "cli/estimate_command.h"
 #include "cli/net_commands.h"
@@ -73,6 +74,10 @@ int main(int argc, char** argv) {
   gpumigrate::cli::HeldFlags held;
   CLI::App* resume_cmd = gpumigrate::cli::AddResumeCommand(app, held);
   CLI::App* release_cmd = gpumigrate::cli::AddReleaseCommand(app, held);
+  gpumigrate::cli::CheckpointFlags checkpoint;
+  CLI::App* checkpoint_cmd = gpumigrate::cli::AddCheckpointCommand(app, checkpoint);
+  gpumigrate::cli::RestoreFlags restore;
+  CLI::App* restore_cmd = gpumigrate::cli::AddRestoreCommand(app, restore);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -112,5 +117,7 @@ int main(int argc, char** argv) {
   if (*receive_cmd) return gpumigrate::cli::RunReceive(receive, g_cancel);
   if (*resume_cmd) return gpumigrate::cli::RunHeld(held, false);
   if (*release_cmd) return gpumigrate::cli::RunHeld(held, true);
+  if (*checkpoint_cmd) return gpumigrate::cli::RunCheckpoint(checkpoint, g_cancel);
+  if (*restore_cmd) return gpumigrate::cli::RunRestore(restore, g_cancel);
   return 2;
 }

@@ -4,10 +4,12 @@
 
 namespace gpumigrate::cli {
 
-void AddSourceFlags(CLI::App* c, SourceFlags& f) {
-  c->add_option("--streams", f.streams, "Data streams between source and destination")
-      ->check(CLI::Range(1, 64))
-      ->capture_default_str();
+void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams) {
+  if (with_streams) {
+    c->add_option("--streams", f.streams, "Data streams between source and destination")
+        ->check(CLI::Range(1, 64))
+        ->capture_default_str();
+  }
   c->add_option("--downtime-target", f.downtime_target, "Switch over once the predicted stun is within this")
       ->capture_default_str();
   c->add_option("--max-stun", f.max_stun,

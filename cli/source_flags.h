@@ -28,7 +28,8 @@ struct SourceFlags {
   std::string if_not_converging = "abort";
 };
 
-void AddSourceFlags(CLI::App* c, SourceFlags& f);
+// `with_streams`: a checkpoint writes one stream to its file and takes no --streams.
+void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams = true);
 Result<SourceOptions> MakeSourceOptions(const SourceFlags& f);
 
 }  // namespace gpumigrate::cli

@@ -155,6 +155,9 @@ Status Destination::CheckManifest(const v1::Manifest& m) {
 Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte> payload) {
   if (h.type == wire::FrameType::kDeviceState) {
     std::lock_guard lk(state_mu_);
+    // A state sent again from its start (a later part of a continued session,
+    // an incremental checkpoint) replaces the earlier one.
+    if (h.offset == 0) state_blob_.clear();
     if (h.offset != state_blob_.size()) {
       return Corrupt(fmt::format("device state piece at offset {} arrived when {} bytes were assembled", h.offset,
                                  state_blob_.size()));

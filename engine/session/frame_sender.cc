@@ -26,6 +26,12 @@ FrameSender::~FrameSender() {
   for (auto& l : lanes_) l.thread.join();
 }
 
+bool FrameSender::ContinueFrom(const std::vector<uint64_t>& frames) {
+  if (frames.size() != frames_.size()) return false;
+  frames_ = frames;
+  return true;
+}
+
 void FrameSender::Run(size_t i) {
   Lane& lane = lanes_[i];
   std::unique_lock lk(mu_);

@@ -37,6 +37,10 @@ class FrameSender {
 
   Status Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset, uint32_t raw_length,
               std::span<const std::byte> payload, uint8_t codec_flags = 0);
+  // Numbers frames on from `frames` (per stream) instead of 0: a session that
+  // continues an earlier one. Before the first Send(); false when the stream
+  // count differs.
+  bool ContinueFrom(const std::vector<uint64_t>& frames);
   // Waits until every queued frame has been handed to its stream.
   Status Flush();
 

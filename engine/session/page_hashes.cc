@@ -40,4 +40,13 @@ uint64_t PageHashes::RegionDigest(size_t index) const {
   return XXH3_64bits(h.data(), h.size() * sizeof(uint64_t));
 }
 
+bool PageHashes::Assign(const std::vector<std::vector<uint64_t>>& hashes) {
+  if (hashes.size() != hashes_.size()) return false;
+  for (size_t i = 0; i < hashes.size(); ++i) {
+    if (hashes[i].size() != hashes_[i].size()) return false;
+  }
+  hashes_ = hashes;
+  return true;
+}
+
 }  // namespace gpumigrate

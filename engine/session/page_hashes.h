@@ -24,6 +24,10 @@ class PageHashes {
   uint64_t Get(size_t index, uint64_t page) const { return hashes_[index][page]; }
   void SetZero(size_t index, uint64_t page);
   uint64_t RegionDigest(size_t index) const;
+  const std::vector<std::vector<uint64_t>>& All() const { return hashes_; }
+  // Replaces every hash (what a destination already holds); false, unchanged,
+  // when the shape differs from the regions'.
+  bool Assign(const std::vector<std::vector<uint64_t>>& hashes);
 
  private:
   std::vector<RegionInfo> regions_;

@@ -81,6 +81,7 @@ std::string ReportToJson(const MigrationReport& r) {
                       {"dirty_bytes", x.dirty_bytes},
                       {"pages_sent", x.pages_sent},
                       {"zero_pages", x.zero_pages},
+                      {"known_pages", x.known_pages},
                       {"raw_bytes", x.raw_bytes},
                       {"payload_bytes", x.payload_bytes},
                       {"ms", Round3(x.ms)}});

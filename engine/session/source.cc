@@ -53,6 +53,19 @@ double MeasuredBandwidth(const std::vector<RoundReport>& rounds) {
   return ms > 0 ? bytes / (ms / 1e3) : 0;
 }
 
+// What the SaveCleanup hook is told: a completed session's fate maps onto the
+// hook's three cases (device.h): released like a migrated source, running on
+// like a rolled-back one, or held stopped like an in-doubt one.
+Outcome CleanupFor(Outcome outcome, SourceFate fate) {
+  if (outcome != Outcome::kCompleted) return outcome;
+  switch (fate) {
+    case SourceFate::kResume: return Outcome::kAborted;
+    case SourceFate::kStop: return Outcome::kInDoubt;
+    case SourceFate::kRelease: break;
+  }
+  return Outcome::kCompleted;
+}
+
 class Source {
  public:
   Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
@@ -94,7 +107,10 @@ class Source {
 
   Status Handshake();
   Status ChooseCodecs(const wire::v1::Hello& peer);
-  Status SendSet(uint32_t round, bool skip_zero, RoundReport& rr);
+  Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
+  const std::vector<PageRun>& Unknown(size_t i, uint64_t first, const PageRun& run, const std::vector<uint64_t>& hashes,
+                                      bool skip_known, RoundReport& rr);
+  uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
   Status SyncAll(uint64_t* dirty_bytes);
   Status SendDeviceState(uint32_t round, uint64_t* state_bytes);
   Status VerifyFull();
@@ -149,6 +165,7 @@ class Source {
   std::vector<CodecKind> codec_;  // per region
   FrameEncoder encoder_;
   std::vector<std::byte> encoded_;
+  std::vector<PageRun> unknown_;
 };
 
 // Picks each region's codec: the one asked for, or with `auto` the one a sample
@@ -239,9 +256,42 @@ void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t do
   opt_.on_progress(pr);
 }
 
-// Sends every page marked in sets_ (and clears the marks). Round 0 skips zero
-// pages: a fresh destination already holds zeros there.
-Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
+// The sub-runs of `run` (pages of the chunk at `first` of region `i`) to send:
+// all of it, or with `skip_known` only the pages whose hash differs from what
+// the destination holds (hashes_, not yet updated). Skipped pages are counted.
+const std::vector<PageRun>& Source::Unknown(size_t i, uint64_t first, const PageRun& run,
+                                            const std::vector<uint64_t>& hashes, bool skip_known, RoundReport& rr) {
+  unknown_.clear();
+  if (!skip_known) {
+    unknown_.push_back(run);
+    return unknown_;
+  }
+  const uint64_t ps = regions_[i].page_size;
+  const uint64_t end = run.first_page + run.pages;
+  for (uint64_t k = run.first_page; k < end;) {
+    if (hashes[k] == hashes_.Get(i, first + k)) {
+      if (run.zero) ++rr.zero_pages; else ++rr.known_pages;
+      ++k;
+      continue;
+    }
+    uint64_t j = k;
+    while (j < end && hashes[j] != hashes_.Get(i, first + j)) ++j;
+    PageRun part = run;
+    part.first_page = k;
+    part.pages = j - k;
+    part.offset_bytes = run.offset_bytes + (k - run.first_page) * ps;
+    part.length_bytes = std::min(run.offset_bytes + run.length_bytes, run.offset_bytes + (j - run.first_page) * ps) -
+                        part.offset_bytes;
+    unknown_.push_back(part);
+    k = j;
+  }
+  return unknown_;
+}
+
+// Sends every page marked in sets_ (and clears the marks). The first round
+// (`skip_known`) skips pages the destination already holds: zeros on a fresh
+// destination, or what an earlier part of the session sent (a continuation).
+Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   uint64_t total = 0;
   for (size_t i = 0; i < regions_.size(); ++i) total += sets_[i].Count() * regions_[i].page_size;
   rr.dirty_bytes = total;
@@ -264,26 +314,27 @@ Status Source::SendSet(uint32_t round, bool skip_zero, RoundReport& rr) {
         buf_.resize(len);
         GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_).WithContext(fmt::format("read region {}", r.name)));
         pages.Classify(buf_, ps);
-        for (const PageRun& run : pages.runs()) {
-          for (uint64_t k = run.first_page; k < run.first_page + run.pages; ++k) {
-            hashes_.Set(i, p + k, pages.hashes()[k]);
-          }
-          if (run.zero) {
-            rr.zero_pages += run.pages;
-            if (!skip_zero) {
+        for (const PageRun& whole : pages.runs()) {
+          // The parts of the run the destination does not hold yet.
+          for (const PageRun& run : Unknown(i, p, whole, pages.hashes(), skip_known, rr)) {
+            if (run.zero) {
+              rr.zero_pages += run.pages;
               GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
                                                static_cast<uint32_t>(run.length_bytes), {}));
+            } else {
+              rr.pages_sent += run.pages;
+              auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
+              CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
+              auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
+              rr.raw_bytes += run.length_bytes;
+              rr.payload_bytes += payload.size();
+              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
+                                               static_cast<uint32_t>(run.length_bytes), payload,
+                                               static_cast<uint8_t>(used)));
             }
-          } else {
-            rr.pages_sent += run.pages;
-            auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
-            CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
-            auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
-            rr.raw_bytes += run.length_bytes;
-            rr.payload_bytes += payload.size();
-            GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
-                                             static_cast<uint32_t>(run.length_bytes), payload,
-                                             static_cast<uint8_t>(used)));
+          }
+          for (uint64_t k = whole.first_page; k < whole.first_page + whole.pages; ++k) {
+            hashes_.Set(i, p + k, pages.hashes()[k]);
           }
         }
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);
@@ -424,14 +475,14 @@ MigrationReport Source::Teardown(Outcome outcome, Status st) {
       break;
     case Outcome::kCompleted:
       (void)tracker_->Stop();
-      tracking_ = false;  // the device stays in STOP: the destination owns the workload now
+      tracking_ = false;  // released or held: the device stays in STOP; resumed: it runs on
       CloseAll();
       report_.verified = true;
       Statistics();
       break;
   }
   report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
-  report_.source_cleanup = dev_.SaveCleanup(outcome);
+  report_.source_cleanup = dev_.SaveCleanup(CleanupFor(outcome, opt_.fate));
   report_.total_ms = MsBetween(t0_, clock_.Now());
   if (outcome == Outcome::kCompleted) {
     EnterPhase(Phase::kCompleted, final_round_);
@@ -469,6 +520,16 @@ Status Source::CheckReady() {
   }
   tracker_ = dev_.Tracker();
   if (tracker_ == nullptr) return Unimplemented("session: the device has no dirty tracker");
+  if (const auto& c = opt_.continuation) {
+    if (opt_.session_id == 0) return InvalidArgument("session: a continuation needs the earlier part's session id");
+    if (!hashes_.Assign(c->page_hashes)) {
+      return InvalidArgument("session: the continuation's page hashes do not match the device's regions");
+    }
+    if (c->frames_per_stream.size() != streams_.data.size()) {
+      return InvalidArgument(fmt::format("session: the continuation numbered frames on {} streams, this session has {}",
+                                         c->frames_per_stream.size(), streams_.data.size()));
+    }
+  }
   return Status::Ok();
 }
 
@@ -480,6 +541,7 @@ Status Source::Start() {
     keys.aes_key = *opt_.aes_key;
   }
   sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
+  if (opt_.continuation) (void)sender_->ContinueFrom(opt_.continuation->frames_per_stream);  // checked in CheckReady
   reader_ = std::make_unique<ControlReader>(streams_.control, &box_, [this](const v1::Abort&) {
     // Stop sending at once; Teardown picks up the reason from the mailbox.
     peer_aborted_ = true;
@@ -505,7 +567,7 @@ Status Source::RunRound(uint32_t round) {
   RoundReport rr;
   rr.round = round;
   auto rs = clock_.Now();
-  GM_RETURN_IF_ERROR(SendSet(round, round == 0, rr));
+  GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound(), rr));
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeRoundEnd(round, sender_->frames_per_stream())));
   GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied").status());
   rr.ms = MsBetween(rs, clock_.Now());
@@ -536,13 +598,13 @@ Result<PolicyResult> Source::Decide(const std::vector<uint64_t>& dirty_history, 
 // but "continue"). decision_ holds its last answer.
 Status Source::PreCopy() {
   std::vector<uint64_t> dirty_history;
-  for (uint32_t round = 0;; ++round) {
+  for (uint32_t round = FirstRound();; ++round) {
     GM_RETURN_IF_ERROR(RunRound(round));
     uint64_t dirty = 0;
     GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
     report_.bandwidth_bytes_per_s = MeasuredBandwidth(report_.rounds);
-    GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, round + 1));
+    GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size())));
     if (decision_.decision != Decision::kContinue) {
       report_.predicted_stun_ms = decision_.predicted_stun_ms;
       report_.switchover_reason = decision_.reason;
@@ -567,7 +629,7 @@ Status Source::Switchover() {
   GM_RETURN_IF_ERROR(TimePhase(Step::kFinalSync, bd.final_sync_ms, [&] { return SyncAll(&final_dirty); }));
   // The final data phase ends when the bytes are on the streams, not when queued.
   GM_RETURN_IF_ERROR(TimePhase(Step::kFinalData, bd.final_data_ms, [&] {
-    GM_RETURN_IF_ERROR(SendSet(final_round_, false, fr));
+    GM_RETURN_IF_ERROR(SendSet(final_round_, opt_.stop_and_copy, fr));
     return sender_->Flush();
   }));
   fr.ms = *bd.final_data_ms;
@@ -585,6 +647,7 @@ Status Source::Switchover() {
   GM_RETURN_IF_ERROR(
       TimePhase(Step::kStopDevice, bd.stop_device_ms, [&] { return dev_.SetState(DeviceState::kStop); }));
   return TimePhase(Step::kPrepare, bd.prepare_verify_ms, [&] {
+    if (opt_.before_prepare) GM_RETURN_IF_ERROR(opt_.before_prepare(hashes_.All()));
     GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, PrepareMessage(state_bytes)));
     EnterPhase(Phase::kPrepareSent, final_round_);
     GM_RETURN_IF_ERROR(Await(v1::Envelope::kPrepared, "Prepared").status());
@@ -614,7 +677,10 @@ Status Source::Commit() {
     commit.mutable_commit();
     GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, commit));
     EnterPhase(Phase::kCommitSent, final_round_);
-    return Await(v1::Envelope::kRunning, "Running").status();
+    GM_RETURN_IF_ERROR(Await(v1::Envelope::kRunning, "Running").status());
+    // A checkpoint of a live device: it runs on here, and the stun ends when it does.
+    if (opt_.fate == SourceFate::kResume) GM_RETURN_IF_ERROR(dev_.SetState(DeviceState::kRunning));
+    return Status::Ok();
   }));
   report_.stun_ms = MsBetween(t_stun_, phase_end_);
   return Status::Ok();
@@ -626,7 +692,14 @@ MigrationReport Source::Run() {
     return report_;
   }
   if (Status st = Start(); !st.ok()) return Teardown(Outcome::kAborted, st);
-  if (Status st = PreCopy(); !st.ok()) return Teardown(Outcome::kAborted, st);
+  if (opt_.stop_and_copy) {
+    // Everything is sent during the stun, as the first (and final) round.
+    final_round_ = FirstRound();
+    decision_.decision = Decision::kSwitchover;
+    report_.switchover_reason = "stop-and-copy asked for: no pre-copy";
+  } else if (Status st = PreCopy(); !st.ok()) {
+    return Teardown(Outcome::kAborted, st);
+  }
   if (opt_.dry_run) {
     report_.dry_run = true;
     report_.would_switch = decision_.decision == Decision::kSwitchover;
@@ -639,6 +712,15 @@ MigrationReport Source::Run() {
 }
 
 }  // namespace
+
+std::string_view SourceFateName(SourceFate f) {
+  switch (f) {
+    case SourceFate::kRelease: return "release";
+    case SourceFate::kResume: return "resume";
+    case SourceFate::kStop: return "stop";
+  }
+  return "?";
+}
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options) {
   Source s(device, streams, options);

@@ -54,6 +54,7 @@ struct RoundReport {
   uint64_t dirty_bytes = 0;   // bytes of the pages this round had to consider
   uint64_t pages_sent = 0;    // pages sent with data
   uint64_t zero_pages = 0;    // pages sent as "now zero" (or skipped as zero in round 0)
+  uint64_t known_pages = 0;   // data pages skipped: the destination held them already (a continuation)
   uint64_t raw_bytes = 0;     // bytes of the pages sent with data, before the codec
   uint64_t payload_bytes = 0; // the same pages' bytes as sent, after the codec
   double ms = 0;

@@ -69,6 +69,27 @@ struct Progress {
   double elapsed_s = 0;
 };
 
+// What becomes of the source device once a session has completed (the
+// destination confirmed it holds a verified copy). A migration releases it; a
+// checkpoint usually lets it run on.
+enum class SourceFate {
+  kRelease,  // stays stopped and is released: the copy elsewhere runs (migration)
+  kResume,   // runs on here (a checkpoint of a live device); the stun ends when it does
+  kStop,     // stays stopped with its state intact, released by nobody (an operator decides)
+};
+std::string_view SourceFateName(SourceFate f);  // "release", "resume", "stop"
+
+// Carries on a session whose earlier part went to the same destination before
+// (an incremental checkpoint after its base): the destination already holds what
+// that part sent, so round 0 sends only pages whose hash differs from it, and
+// rounds and frame sequence numbers go on from where it ended. The session id
+// (SourceOptions::session_id) must be the earlier part's.
+struct SessionContinuation {
+  uint32_t first_round = 0;
+  std::vector<uint64_t> frames_per_stream;             // sequence numbers go on from these
+  std::vector<std::vector<uint64_t>> page_hashes;      // per region (Regions() order), per page (HashPage)
+};
+
 struct SourceOptions {
   std::chrono::nanoseconds downtime_target = 300ms;  // switch over when the predicted stun is within this
   std::chrono::nanoseconds max_stun = 100s;          // when not converging: switch if within this, else abort
@@ -95,6 +116,14 @@ struct SourceOptions {
   std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
   std::function<void(Phase, uint32_t round)> on_phase;
   Clock* clock = nullptr;                            // timeouts and measurements; nullptr: SystemClock(). Borrowed
+  // Stop the device at once and copy everything during the stun (no pre-copy).
+  bool stop_and_copy = false;
+  SourceFate fate = SourceFate::kRelease;            // after a completed session
+  std::optional<SessionContinuation> continuation;
+  // Called once every page is sent, just before Prepare, with the hash of each
+  // page the destination now holds (per region, Regions() order): what a later
+  // continuation starts from. An error aborts the session (rolled back).
+  std::function<Status(const std::vector<std::vector<uint64_t>>& page_hashes)> before_prepare;
 
   SwitchoverLimits Limits() const {
     return {downtime_target, max_stun, switchover_fixed_cost, max_rounds, switch_when_not_converging};

@@ -3,7 +3,9 @@
 //   mode 1: a frame header, then the payload through the codec decoder
 //   mode 2: a whole destination session: a valid handshake, then the input as
 //           the bytes of a data stream (frames of any shape)
-//   mode 3: the same, but the harness cuts the input into frames (header as
+//   mode 4: a checkpoint file (engine/checkpoint/FORMAT.md): the input is the
+//           file, verified end to end (reader, replayer, destination session)
+//   mode 3: the same as 2, but the harness cuts the input into frames (header as
 //           given, then payload_length bytes) and seals each with the session's
 //           key, so frames with valid tags reach the bounds checks and the writes
 // The first input byte picks the mode. Nothing may crash, hang or write outside
@@ -13,6 +15,10 @@
 #include <cstring>
 #include <thread>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "gpumigrate/checkpoint.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/session.h"
 #include "tests/support/fake_device.h"
@@ -104,13 +110,27 @@ void FuzzSession(const std::byte* data, size_t size) {
 
 }  // namespace
 
+void FuzzCheckpoint(const std::byte* data, size_t size) {
+  int fd = memfd_create("fuzz-checkpoint", MFD_CLOEXEC);
+  if (fd < 0) return;
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = write(fd, data + done, size - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  (void)VerifyCheckpoint("/proc/self/fd/" + std::to_string(fd), RestoreOptions{});
+  close(fd);
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const auto* bytes = reinterpret_cast<const std::byte*>(data + 1);
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
     case 0: FuzzControl(bytes, size - 1); break;
     case 1: FuzzFrame(bytes, size - 1); break;
     case 2: FuzzSession(bytes, size - 1); break;
+    case 4: FuzzCheckpoint(bytes, size - 1); break;
     default: {
       auto sealed = Seal(bytes, size - 1);
       FuzzSession(sealed.data(), sealed.size());

@@ -1,0 +1,46 @@
+// `gpumigrate checkpoint` (write; `checkpoint verify`, `checkpoint info`) and
+// `gpumigrate restore`: device state to a file and back (gpumigrate/checkpoint.h).
+#pragma once
+
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/source_flags.h"
+
+namespace gpumigrate::cli {
+
+struct CheckpointFlags {
+  std::string device = "sim:llm";
+  std::string to;
+  SourceFlags src;
+  bool stop_first = false;
+  std::string then = "resume";
+  std::string key_file;
+  std::string base;
+  std::string warmup = "500ms";
+  bool json = false;
+  // checkpoint verify / info
+  std::string file;
+  std::vector<std::string> base_paths;
+  CLI::App* verify_cmd = nullptr;
+  CLI::App* info_cmd = nullptr;
+};
+
+struct RestoreFlags {
+  std::string from;
+  std::string device = "sim:llm";
+  std::string key_file;
+  std::vector<std::string> base_paths;
+  std::string run_after = "500ms";
+  bool json = false;
+};
+
+CLI::App* AddCheckpointCommand(CLI::App& app, CheckpointFlags& f);
+CLI::App* AddRestoreCommand(CLI::App& app, RestoreFlags& f);
+int RunCheckpoint(CheckpointFlags& f, const std::atomic<bool>& cancel);
+int RunRestore(const RestoreFlags& f, const std::atomic<bool>& cancel);
+
+}  // namespace gpumigrate::cli

@@ -1,0 +1,187 @@
+#include "engine/checkpoint/replayer.h"
+
+#include <fmt/format.h>
+
+#include "transport/wire/control_channel.h"
+#include "transport/wire/frame.h"
+
+namespace gpumigrate::ckpt {
+
+namespace v1 = wire::v1;
+
+std::string Replayer::FrameWhere(size_t stream, uint64_t seq) const {
+  if (stream >= frames_.size() || seq >= frames_[stream].size()) return "";
+  const Where& w = frames_[stream][seq];
+  return (*chain_)[w.file]->Where(w.number, w.offset);
+}
+
+Status Replayer::Run() {
+  Status st = Replay();
+  if (!st.ok()) (void)wire::SendEnvelope(*streams_.control, wire::MakeAbort(st.message(), "restore"));
+  streams_.control->Close();
+  for (Stream* s : streams_.data) s->Close();
+  return st;
+}
+
+Status Replayer::Await(v1::Envelope::MsgCase want, const char* what) {
+  GM_ASSIGN_OR_RETURN(v1::Envelope env, wire::RecvEnvelope(*streams_.control));
+  if (env.has_abort()) {
+    return Aborted(fmt::format("the destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
+  }
+  if (env.msg_case() != want) {
+    return Corrupt(fmt::format("restore: expected {} from the destination, got {}", what, wire::EnvelopeKind(env)));
+  }
+  return Status::Ok();
+}
+
+Status Replayer::Replay() {
+  const v1::Manifest& m = (*chain_)[0]->manifest().session();
+  frames_.assign(m.data_streams(), {});
+  if (streams_.data.size() != m.data_streams()) return Internal("restore: stream count differs from the manifest's");
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, {})));
+  GM_RETURN_IF_ERROR(Await(v1::Envelope::kHello, "Hello"));
+  v1::Envelope manifest;
+  *manifest.mutable_manifest() = m;
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, manifest));
+  GM_RETURN_IF_ERROR(Await(v1::Envelope::kReady, "Ready"));
+  v1::Envelope prepare;
+  for (size_t i = 0; i < chain_->size(); ++i) GM_RETURN_IF_ERROR(File(i, i + 1 == chain_->size(), &prepare));
+  // Every file checked to its footer: now the destination may verify and run.
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, prepare));
+  GM_RETURN_IF_ERROR(Await(v1::Envelope::kPrepared, "Prepared"));
+  v1::Envelope commit;
+  commit.mutable_commit();
+  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, commit));
+  return Await(v1::Envelope::kRunning, "Running");
+}
+
+// One file of the chain, manifest to footer.
+Status Replayer::File(size_t index, bool last, v1::Envelope* prepare) {
+  FileReader& f = *(*chain_)[index];
+  uint64_t frames = 0, records = 1;  // the manifest was record 0
+  bool have_prepare = false;
+  v1::Envelope file_prepare;
+  std::vector<std::vector<uint64_t>> hashes;
+  const auto& regions = f.manifest().session().regions();
+  if (last) {
+    hashes.resize(static_cast<size_t>(regions.size()));
+  }
+  while (true) {
+    GM_ASSIGN_OR_RETURN(std::optional<Record> rec, f.Next());
+    if (!rec) break;
+    auto bad = [&](std::string why) { return Corrupt(fmt::format("{}: {}", f.Where(rec->number, rec->offset), why)); };
+    if (have_prepare && rec->kind != RecordKind::kIndex && rec->kind != RecordKind::kFooter) {
+      return bad(fmt::format("a {} record after the Prepare", RecordKindName(rec->kind)));
+    }
+    switch (rec->kind) {
+      case RecordKind::kFrame: {
+        auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(rec->body.data(),
+                                                                                       wire::kFrameHeaderBytes));
+        if (!h.ok()) return bad(std::string(h.status().message()));
+        if (rec->body.size() != wire::kFrameHeaderBytes + uint64_t{h->payload_length} + wire::kFrameTagBytes) {
+          return bad(fmt::format("frame record of {} bytes holds a frame of {}-byte payload", rec->body.size(),
+                                 h->payload_length));
+        }
+        if (h->stream_id >= streams_.data.size()) return bad(fmt::format("frame on stream {}", h->stream_id));
+        frames_[h->stream_id].push_back({static_cast<uint32_t>(index), rec->number, rec->offset});
+        GM_RETURN_IF_ERROR(streams_.data[h->stream_id]->WriteAll(rec->body)
+                               .WithContext(fmt::format("restore: {}", f.Where(rec->number, rec->offset))));
+        ++frames;
+        break;
+      }
+      case RecordKind::kControl: {
+        v1::Envelope env;
+        if (!env.ParseFromArray(rec->body.data(), static_cast<int>(rec->body.size()))) {
+          return bad("control record does not decode");
+        }
+        if (env.has_round_end()) {
+          GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
+          GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied"));
+        } else if (env.has_prepare()) {
+          file_prepare = env;
+          have_prepare = true;
+        } else {
+          return bad(fmt::format("unexpected {} in a control record", wire::EnvelopeKind(env)));
+        }
+        break;
+      }
+      case RecordKind::kIndex: {
+        if (!have_prepare) return bad("page index before the Prepare");
+        v1::PageIndex idx;
+        if (!idx.ParseFromArray(rec->body.data(), static_cast<int>(rec->body.size()))) {
+          return bad("page index does not decode");
+        }
+        if (!last) break;
+        int r = 0;
+        while (r < regions.size() && regions[r].id() != idx.region()) ++r;
+        if (r == regions.size()) return bad(fmt::format("page index for unknown region {}", idx.region()));
+        auto& h = hashes[static_cast<size_t>(r)];
+        if (idx.first_page() != h.size()) return bad("page index out of order");
+        h.insert(h.end(), idx.hashes().begin(), idx.hashes().end());
+        break;
+      }
+      case RecordKind::kFooter: {
+        v1::CheckpointFooter footer;
+        if (!footer.ParseFromArray(rec->body.data(), static_cast<int>(rec->body.size()))) {
+          return bad("footer does not decode");
+        }
+        if (footer.records() != records) {
+          return bad(fmt::format("footer counts {} records, the file has {}", footer.records(), records));
+        }
+        if (footer.frames() != frames) {
+          return bad(fmt::format("footer counts {} frames, the file has {}", footer.frames(), frames));
+        }
+        if (!have_prepare) return bad("no Prepare before the footer");
+        const v1::Prepare& p = file_prepare.prepare();
+        if (footer.final_round() != p.final_round() || footer.device_state_bytes() != p.device_state_bytes() ||
+            footer.digests_size() != p.digests_size()) {
+          return bad("footer disagrees with the Prepare");
+        }
+        for (int d = 0; d < p.digests_size(); ++d) {
+          if (footer.digests(d).region() != p.digests(d).region() || footer.digests(d).digest() != p.digests(d).digest()) {
+            return bad("footer's digests disagree with the Prepare's");
+          }
+        }
+        for (size_t s = 0; s < frames_.size(); ++s) {
+          if (static_cast<int>(s) >= footer.frames_per_stream_size() ||
+              footer.frames_per_stream(static_cast<int>(s)) != frames_[s].size()) {
+            return bad("footer's frames per stream disagree with the frames of the chain");
+          }
+        }
+        if (last) {
+          for (int r = 0; r < regions.size(); ++r) {
+            const uint64_t pages = (regions[r].size_bytes() + regions[r].page_size() - 1) / regions[r].page_size();
+            if (hashes[static_cast<size_t>(r)].size() != pages) {
+              return bad(fmt::format("page index holds {} pages of region {}, it has {}",
+                                     hashes[static_cast<size_t>(r)].size(), regions[r].name(), pages));
+            }
+          }
+          page_hashes_ = std::move(hashes);
+          *prepare = file_prepare;
+        } else {
+          // The next file must name this one, as it ends, as its base.
+          const auto& base = (*chain_)[index + 1]->manifest().base();
+          if (base.file_id() != f.header().file_id) {
+            return bad(fmt::format("{} names another file as its base", (*chain_)[index + 1]->path()));
+          }
+          if (base.digests_size() != footer.digests_size()) return bad("the next file's base digests differ");
+          for (int d = 0; d < footer.digests_size(); ++d) {
+            if (base.digests(d).digest() != footer.digests(d).digest()) {
+              return bad(fmt::format("{} was taken over a different state of this base",
+                                     (*chain_)[index + 1]->path()));
+            }
+          }
+        }
+        footer_ = footer;
+        break;
+      }
+      case RecordKind::kManifest:
+      case RecordKind::kInvalid:
+        return bad("unexpected record");
+    }
+    ++records;
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpumigrate::ckpt

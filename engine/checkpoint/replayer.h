@@ -1,0 +1,63 @@
+// Replayer: the near end of a restore's session. It plays the source's part of
+// the migration protocol from a chain of checkpoint files (the root first):
+// Hello, the root's Manifest, then every file's frames and RoundEnds in file
+// order, so the destination session applies and checks them exactly as it
+// would a live migration's. Each file's footer is checked against what was
+// read, and each file against the base it names; only then does the last
+// file's Prepare go out (the destination verifies every digest and the device
+// state) followed by Commit. Any fault found here is sent as Abort and ends the
+// restore; the destination discards what it applied.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "checkpoint.pb.h"
+#include "engine/checkpoint/file_reader.h"
+#include "gpumigrate/status.h"
+#include "gpumigrate/stream.h"
+
+namespace gpumigrate::ckpt {
+
+class Replayer {
+ public:
+  // `chain` root first; all files of one chain (ReadChain checks that).
+  Replayer(std::vector<std::unique_ptr<FileReader>>* chain, const SessionStreams& streams)
+      : chain_(chain), streams_(streams) {}
+  ~Replayer() { (void)Join(); }
+
+  void Start() { thread_ = std::thread([this] { failure_ = Run(); }); }
+  Status Join() {
+    if (thread_.joinable()) thread_.join();
+    return failure_;
+  }
+
+  // After Join: the last file's footer and page index (per region, per page).
+  const wire::v1::CheckpointFooter& footer() const { return footer_; }
+  const std::vector<std::vector<uint64_t>>& page_hashes() const { return page_hashes_; }
+  // Where frame `seq` of data stream `stream` lies ("PATH: record N at byte O"),
+  // for errors the destination finds in it; empty when unknown.
+  std::string FrameWhere(size_t stream, uint64_t seq) const;
+
+ private:
+  Status Run();
+  Status Replay();
+  Status File(size_t index, bool last, wire::v1::Envelope* prepare);
+  Status Await(wire::v1::Envelope::MsgCase want, const char* what);
+
+  std::vector<std::unique_ptr<FileReader>>* chain_;
+  SessionStreams streams_;
+  std::thread thread_;
+  Status failure_;
+  wire::v1::CheckpointFooter footer_;
+  std::vector<std::vector<uint64_t>> page_hashes_;
+  struct Where {
+    uint32_t file;
+    uint64_t number, offset;
+  };
+  std::vector<std::vector<Where>> frames_;  // per stream, by sequence
+};
+
+}  // namespace gpumigrate::ckpt
