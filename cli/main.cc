@@ -14,7 +14,9 @@
 
 #include "cli/demo_command.h"
 #include "cli/estimate_command.h"
+#include "cli/inventory_command.h"
 #include "cli/net_commands.h"
+#include "cli/plan_command.h"
 #include "cli/proc_commands.h"
 
 namespace {
@@ -73,6 +75,10 @@ int main(int argc, char** argv) {
   gpumigrate::cli::HeldFlags held;
   CLI::App* resume_cmd = gpumigrate::cli::AddResumeCommand(app, held);
   CLI::App* release_cmd = gpumigrate::cli::AddReleaseCommand(app, held);
+  gpumigrate::cli::PlanFlags plan;
+  CLI::App* plan_cmd = gpumigrate::cli::AddPlanCommand(app, plan);
+  gpumigrate::cli::InventoryFlags inventory;
+  CLI::App* inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, inventory);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -112,5 +118,7 @@ int main(int argc, char** argv) {
   if (*receive_cmd) return gpumigrate::cli::RunReceive(receive, g_cancel);
   if (*resume_cmd) return gpumigrate::cli::RunHeld(held, false);
   if (*release_cmd) return gpumigrate::cli::RunHeld(held, true);
+  if (*plan_cmd) return gpumigrate::cli::RunPlan(plan);
+  if (*inventory_cmd) return gpumigrate::cli::RunInventory(inventory);
   return 2;
 }

@@ -24,6 +24,7 @@ PUBLIC_HEADERS = {
     "device.h": "devices", "open_device.h": "devices", "dirty_tracker.h": "devices", "sim.h": "devices", "proc.h": "devices",
     "session.h": "session", "report.h": "session", "local_migration.h": "session",
     "estimator.h": "estimator", "calibration.h": "estimator",
+    "planner.h": "planner",
     "shim.h": None,  # libgpumigrate_shim's C API, for workloads
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
