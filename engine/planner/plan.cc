@@ -47,6 +47,7 @@ struct Work {
   int32_t group = -1;
   bool replica = false;  // stateless-inference in a group: may be drained and replaced
   bool wants_slot = false;
+  std::string fixed_block;  // from an earlier placement round: blocked for this, with no slot wanted
   int32_t need = -1;
   std::optional<Slot> slot;
   bool placement_failed = false;
@@ -67,8 +68,31 @@ class Planner {
 
   Plan Run() {
     Collect();
-    PlaceSlots();
-    Decide();
+    // A VM that wanted a slot may still end blocked or powered off (its target's
+    // link is slower, its group forbids the stun): when that cost another VM its
+    // slot, place again without it.
+    for (int round = 0; round < 4; ++round) {
+      PlaceSlots();
+      Decide();
+      bool short_of_slots = false, unused_slot = false;
+      for (const Work& w : work_) {
+        short_of_slots |= w.placement_failed;
+        unused_slot |= w.slot && w.action != Action::kLiveMigrate && w.action != Action::kDrainAndReplace;
+      }
+      if (!short_of_slots || !unused_slot) break;
+      for (Work& w : work_) {
+        if (w.slot && w.action != Action::kLiveMigrate && w.action != Action::kDrainAndReplace) {
+          w.wants_slot = false;
+          w.fixed_block = w.why;
+        }
+        Work fresh{w.vm, w.max_stun_ms, w.max_stun, w.group, w.replica, w.wants_slot, w.fixed_block};
+        fresh.at_alone = w.at_alone;
+        w = std::move(fresh);
+      }
+      fleet_ = Fleet(inv_, source().name);
+      needs_.clear();
+      std::fill(powered_off_.begin(), powered_off_.end(), 0);
+    }
     ShareLinks();
     return Finish();
   }
@@ -129,9 +153,13 @@ class Planner {
 
   double SharedBandwidth(const Work& w, const std::vector<uint32_t>& count, uint32_t* sharers) const {
     uint32_t t = w.slot->host;
-    double s_bw = source().link_bytes_per_s / Share(host_, count[host_]);
-    double t_bw = inv_.hosts[t].link_bytes_per_s / Share(t, count[t]);
-    if (sharers) *sharers = (s_bw <= t_bw ? Share(host_, count[host_]) : Share(t, count[t])) - 1;
+    // Every migration comes from the source, so a target never has more at once
+    // than the source's max_migrations either.
+    uint32_t ks = Share(host_, count[host_]);
+    uint32_t kt = Share(t, std::min(count[t], source().max_migrations));
+    double s_bw = source().link_bytes_per_s / ks;
+    double t_bw = inv_.hosts[t].link_bytes_per_s / kt;
+    if (sharers) *sharers = (s_bw <= t_bw ? ks : kt) - 1;
     return std::min(s_bw, t_bw);
   }
 
@@ -150,6 +178,10 @@ class Planner {
     }
     for (Work& w : work_) {
       const Vm& vm = *w.vm;
+      if (!w.fixed_block.empty()) {
+        Block(w, w.fixed_block);
+        continue;
+      }
       if (w.slot) {
         w.at_alone = PredictStunAt(vm, AloneBandwidth(w), w.max_stun);
         StunAt shared = PredictStunAt(vm, SharedBandwidth(w, count, nullptr), w.max_stun);
