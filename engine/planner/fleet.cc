@@ -42,6 +42,14 @@ Fleet::Fleet(const Inventory& inv, std::string_view evacuate) : inv_(&inv) {
   groups_.resize(inv.hosts.size());
   for (uint32_t h = 0; h < inv.hosts.size(); ++h) {
     gpus_[h].resize(inv.hosts[h].gpus.size());
+    for (const Gpu& g : inv.hosts[h].gpus) {
+      models_.resize(inv.hosts.size());
+      modes_.resize(inv.hosts.size());
+      models_[h].push_back(FindGpuModel(g.model));
+      modes_[h].push_back(g.mode == GpuMode::kMig    ? SlotKind::kMig
+                          : g.mode == GpuMode::kVgpu ? SlotKind::kVgpu
+                                                     : SlotKind::kPassthrough);
+    }
     if (inv.hosts[h].name != evacuate && !inv.hosts[h].maintenance) targets_.push_back(h);
   }
   for (const Vm& vm : inv.vms) {
@@ -58,17 +66,16 @@ Fleet::Fleet(const Inventory& inv, std::string_view evacuate) : inv_(&inv) {
 }
 
 bool Fleet::Fits(const SlotNeed& need, uint32_t host, uint32_t pos, std::optional<uint32_t> start) const {
-  const Gpu& info = inv_->hosts[host].gpus[pos];
-  if (info.model != need.model->name) return false;
+  if (!SameKind(need, host, pos)) return false;
   const GpuState& g = gpus_[host][pos];
   switch (need.kind) {
     case SlotKind::kMig:
-      return info.mode == GpuMode::kMig && start && need.mig->ValidStart(*start) &&
-             (g.mask & need.mig->Mask(*start)) == 0 && g.instances < need.model->mig_max_instances;
+      return start && need.mig->ValidStart(*start) && (g.mask & need.mig->Mask(*start)) == 0 &&
+             g.instances < need.model->mig_max_instances;
     case SlotKind::kVgpu:
-      return info.mode == GpuMode::kVgpu && (g.vgpus == 0 || g.vgpu_size == need.vgpu_bytes) &&
+      return (g.vgpus == 0 || g.vgpu_size == need.vgpu_bytes) &&
              (g.vgpus + 1) * need.vgpu_bytes <= need.model->memory_bytes;
-    case SlotKind::kPassthrough: return info.mode == GpuMode::kPassthrough && !g.passthrough_used;
+    case SlotKind::kPassthrough: return !g.passthrough_used;
   }
   return false;
 }
@@ -108,7 +115,9 @@ uint32_t Fleet::GroupCount(uint32_t host, const std::string& group) const {
   return 0;
 }
 
-std::vector<uint32_t> MigCapacity(const GpuModel& model, uint8_t mask, uint32_t instances) {
+namespace {
+
+std::vector<uint32_t> ComputeMigCapacity(const GpuModel& model, uint8_t mask, uint32_t instances) {
   std::vector<uint32_t> caps;
   uint32_t room = instances < model.mig_max_instances ? model.mig_max_instances - instances : 0;
   for (const MigProfile& p : model.mig_profiles) {
@@ -123,6 +132,34 @@ std::vector<uint32_t> MigCapacity(const GpuModel& model, uint8_t mask, uint32_t 
     caps.push_back(n);
   }
   return caps;
+}
+
+}  // namespace
+
+const std::vector<uint32_t>& MigCapacity(const GpuModel& model, uint8_t mask, uint32_t instances) {
+  // Every (mask, instance count) of every known model, computed once: placement
+  // asks for it for every candidate slice of every GPU.
+  struct Table {
+    std::vector<const GpuModel*> models;
+    std::vector<std::vector<uint32_t>> caps;  // [model][mask][instances 0..8]
+  };
+  static const Table table = [] {
+    Table t;
+    for (std::string_view name : {"A100-80GB", "H100-80GB"}) {
+      const GpuModel* m = FindGpuModel(name);
+      t.models.push_back(m);
+      for (uint32_t bits = 0; bits < 256; ++bits) {
+        for (uint32_t n = 0; n <= 8; ++n) t.caps.push_back(ComputeMigCapacity(*m, static_cast<uint8_t>(bits), n));
+      }
+    }
+    return t;
+  }();
+  for (size_t i = 0; i < table.models.size(); ++i) {
+    if (table.models[i] == &model) return table.caps[(i * 256 + mask) * 9 + std::min<uint32_t>(instances, 8)];
+  }
+  thread_local std::vector<uint32_t> other;
+  other = ComputeMigCapacity(model, mask, instances);
+  return other;
 }
 
 }  // namespace gpumigrate::planner

@@ -54,6 +54,10 @@ class Fleet {
   const GpuState& gpu(uint32_t host, uint32_t pos) const { return gpus_[host][pos]; }
   const Gpu& gpu_info(uint32_t host, uint32_t pos) const { return inv_->hosts[host].gpus[pos]; }
 
+  // Whether a GPU is of the need's model and mode (cheap: no occupancy).
+  bool SameKind(const SlotNeed& need, uint32_t host, uint32_t pos) const {
+    return models_[host][pos] == need.model && modes_[host][pos] == need.kind;
+  }
   // Whether one GPU can take one unit of `need` (one instance at `start` for MIG).
   bool Fits(const SlotNeed& need, uint32_t host, uint32_t pos, std::optional<uint32_t> start) const;
   void Apply(const SlotNeed& need, const Slot& slot);
@@ -69,6 +73,8 @@ class Fleet {
 
   const Inventory* inv_;
   std::vector<std::vector<GpuState>> gpus_;
+  std::vector<std::vector<const GpuModel*>> models_;
+  std::vector<std::vector<SlotKind>> modes_;  // the kind of slot each GPU's mode holds
   std::vector<uint32_t> targets_;
   std::vector<uint32_t> placed_;
   std::vector<std::vector<std::pair<std::string, uint32_t>>> groups_;  // per host
@@ -77,6 +83,6 @@ class Fleet {
 // How many instances of each MIG profile (largest first) could still be placed on
 // a GPU in this state: its capacity for future VMs; free slices no valid start
 // can use count for nothing (fragmentation).
-std::vector<uint32_t> MigCapacity(const GpuModel& model, uint8_t mask, uint32_t instances);
+const std::vector<uint32_t>& MigCapacity(const GpuModel& model, uint8_t mask, uint32_t instances);
 
 }  // namespace gpumigrate::planner

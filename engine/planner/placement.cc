@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <functional>
+#include <map>
 #include <numeric>
 #include <tuple>
 
@@ -67,26 +69,39 @@ class Search {
     return s;
   }
 
+  // Keeps `c` if it is the best of its equivalence class so far.
+  static void Offer(std::map<std::array<uint64_t, 4>, Candidate>& best, const std::array<uint64_t, 4>& key,
+                    const Score& score, const std::function<Slot()>& slot) {
+    auto it = best.find(key);
+    if (it == best.end()) {
+      best.emplace(key, Candidate{slot(), score, key});
+    } else if (score < it->second.score) {
+      it->second = Candidate{slot(), score, key};
+    }
+  }
+
+  // The candidate slots for `n`, one per equivalence class (the best-scored
+  // one: scores are unique, they end in host, GPU and slice), best first.
   std::vector<Candidate> Candidates(const SlotNeed& n) {
-    std::vector<Candidate> out;
+    std::map<std::array<uint64_t, 4>, Candidate> best;
     const auto& hosts = fleet_.inventory().hosts;
     for (uint32_t h : fleet_.targets()) {
-      const size_t ngpu = hosts[h].gpus.size();
+      const uint32_t ngpu = static_cast<uint32_t>(hosts[h].gpus.size());
       evaluations_ += ngpu;
+      const Score base = BaseScore(n, h);
       if (n.kind == SlotKind::kMig) {
         for (uint32_t pos = 0; pos < ngpu; ++pos) {
+          if (!fleet_.SameKind(n, h, pos)) continue;
           const GpuState& g = fleet_.gpu(h, pos);
-          std::vector<uint32_t> before;
+          const std::vector<uint32_t>& before = MigCapacity(*n.model, g.mask, g.instances);
           for (uint32_t s = 0; s < n.model->mig_slices; ++s) {
             if (!fleet_.Fits(n, h, pos, s)) continue;
-            if (before.empty()) before = MigCapacity(*n.model, g.mask, g.instances);
-            auto after = MigCapacity(*n.model, static_cast<uint8_t>(g.mask | n.mig->Mask(s)), g.instances + 1);
-            Candidate c{{h, {pos}, s}, BaseScore(n, h), {}};
-            for (size_t p = 0; p < after.size() && p < 6; ++p) c.score[1 + p] = before[p] - after[p];
-            c.score[11] = pos;
-            c.score[12] = s;
-            c.key = {ModelId(n.model), g.mask, g.instances, s};
-            out.push_back(std::move(c));
+            const auto& after = MigCapacity(*n.model, static_cast<uint8_t>(g.mask | n.mig->Mask(s)), g.instances + 1);
+            Score score = base;
+            for (size_t p = 0; p < after.size() && p < 6; ++p) score[1 + p] = before[p] - after[p];
+            score[11] = pos;
+            score[12] = s;
+            Offer(best, {ModelId(n.model), g.mask, g.instances, s}, score, [&] { return Slot{h, {pos}, s}; });
           }
         }
       } else if (n.kind == SlotKind::kVgpu) {
@@ -96,40 +111,36 @@ class Search {
         }
         if (fits.size() < n.gpus) continue;
         std::stable_sort(fits.begin(), fits.end());
-        Candidate c{{h, {}, std::nullopt}, BaseScore(n, h), {}};
+        Slot slot{h, {}, std::nullopt};
+        Score score = base;
         for (uint32_t k = 0; k < n.gpus; ++k) {
-          c.slot.gpu_pos.push_back(fits[k].second);
-          c.score[1] += fits[k].first;
+          slot.gpu_pos.push_back(fits[k].second);
+          score[1] += fits[k].first;
         }
-        std::sort(c.slot.gpu_pos.begin(), c.slot.gpu_pos.end());
+        std::sort(slot.gpu_pos.begin(), slot.gpu_pos.end());
         // Fuller GPUs first (they have least room left for other sizes).
-        const GpuState& g = fleet_.gpu(h, c.slot.gpu_pos.front());
-        c.score[2] = -static_cast<int64_t>(g.vgpus);
-        c.score[11] = c.slot.gpu_pos.front();
-        c.key = {ModelId(n.model), g.vgpu_size, g.vgpus, (multi_vgpu_ || n.gpus > 1) ? h + 1ull : 0};
-        out.push_back(std::move(c));
+        const GpuState& g = fleet_.gpu(h, slot.gpu_pos.front());
+        score[2] = -static_cast<int64_t>(g.vgpus);
+        score[11] = slot.gpu_pos.front();
+        Offer(best, {ModelId(n.model), g.vgpu_size, g.vgpus, (multi_vgpu_ || n.gpus > 1) ? h + 1ull : 0}, score,
+              [&] { return slot; });
       } else {
         std::vector<uint32_t> free;
         for (uint32_t pos = 0; pos < ngpu; ++pos) {
           if (fleet_.Fits(n, h, pos, std::nullopt)) free.push_back(pos);
         }
         if (free.size() < n.gpus) continue;
-        Candidate c{{h, {free.begin(), free.begin() + n.gpus}, std::nullopt}, BaseScore(n, h), {}};
-        c.score[1] = static_cast<int64_t>(free.size() - n.gpus);  // best fit: keep large blocks for large VMs
-        c.key = {ModelId(n.model), free.size(), 0, 0};
-        out.push_back(std::move(c));
+        Score score = base;
+        score[1] = static_cast<int64_t>(free.size() - n.gpus);  // best fit: keep large blocks for large VMs
+        Offer(best, {ModelId(n.model), free.size(), 0, 0}, score,
+              [&] { return Slot{h, {free.begin(), free.begin() + n.gpus}, std::nullopt}; });
       }
     }
-    std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
-    // One candidate per equivalence class: the best-scored one.
-    std::vector<Candidate> unique;
-    std::vector<std::array<uint64_t, 4>> seen;
-    for (auto& c : out) {
-      if (std::find(seen.begin(), seen.end(), c.key) != seen.end()) continue;
-      seen.push_back(c.key);
-      unique.push_back(std::move(c));
-    }
-    return unique;
+    std::vector<Candidate> out;
+    out.reserve(best.size());
+    for (auto& [key, c] : best) out.push_back(std::move(c));
+    std::sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) { return a.score < b.score; });
+    return out;
   }
 
   void Dfs(size_t depth, size_t placed) {
