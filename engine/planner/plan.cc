@@ -56,7 +56,6 @@ struct Work {
   double bw = 0;
   bool alone = false;
   uint32_t shared_with = 0;
-  int64_t duration_ms = 0;
   std::string why;  // the decision's own words (completed after the schedule)
   int32_t job = -1;
 };
@@ -286,63 +285,62 @@ class Planner {
     return "?";
   }
 
-  // The shares the remaining migrations get; a migration whose stun only fits
-  // with the link to itself runs alone (and leaves the sharing to the others).
+  // Releases the slots no action uses, and marks the migrations that cannot
+  // share a link with even one other: they run with both links to themselves.
   void ShareLinks() {
     for (Work& w : work_) {
       if (w.slot && w.action != Action::kLiveMigrate && w.action != Action::kDrainAndReplace) {
         fleet_.Undo(needs_[w.need], *w.slot);
         w.slot.reset();
       }
-    }
-    for (bool changed = true; changed;) {
-      changed = false;
-      std::vector<uint32_t> count(inv_.hosts.size(), 0);
-      for (const Work& w : work_) {
-        if (w.action == Action::kLiveMigrate && !w.alone) {
-          ++count[host_];
-          ++count[w.slot->host];
-        }
-      }
-      for (Work& w : work_) {
-        if (w.action != Action::kLiveMigrate || w.alone) continue;
-        w.bw = SharedBandwidth(w, count, &w.shared_with);
-        w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
-        if (w.at.stun_ms > w.max_stun_ms) {
-          w.alone = true;
-          changed = true;
-        }
-      }
-    }
-    for (Work& w : work_) {
-      if (w.action == Action::kLiveMigrate && w.alone) {
-        w.bw = AloneBandwidth(w);
-        w.at = w.at_alone;
-        w.shared_with = 0;
-      }
+      if (w.action != Action::kLiveMigrate) continue;
+      const Host& t = inv_.hosts[w.slot->host];
+      double pair = std::min(source().link_bytes_per_s / std::min(2u, source().max_migrations),
+                             t.link_bytes_per_s / std::min({2u, t.max_migrations, source().max_migrations}));
+      w.at = PredictStunAt(*w.vm, pair, w.max_stun);
+      w.alone = w.at.stun_ms > w.max_stun_ms && pair < AloneBandwidth(w);
     }
   }
 
   Plan Finish() {
     std::vector<Job> jobs;
     for (Work& w : work_) {
+      Job job;
+      job.source = host_;
+      job.group = w.group;
       if (w.action == Action::kLiveMigrate) {
-        w.duration_ms = CeilMs(w.at.total_ms);
-        jobs.push_back({true, host_, w.slot->host, w.alone, w.duration_ms, CeilMs(w.at.stun_ms), w.group});
+        job.target = w.slot->host;
+        job.alone = w.alone;
+        job.max_stun_ms = static_cast<int64_t>(std::floor(w.max_stun_ms));
+        const Vm* vm = w.vm;
+        std::chrono::nanoseconds max_stun = w.max_stun;
+        job.at = [vm, max_stun](double bw) {
+          StunAt a = PredictStunAt(*vm, bw, max_stun);
+          return Timed{CeilMs(a.total_ms), CeilMs(a.stun_ms)};
+        };
       } else if (w.action == Action::kDrainAndReplace) {
         const Group& g = group(w);
-        w.duration_ms = CeilMs(Ms(g.replica_start) + Ms(g.drain));
-        jobs.push_back({false, host_, w.slot->host, false, w.duration_ms, 0, w.group});
+        job.migration = false;
+        job.target = w.slot->host;
+        job.drain_ms = CeilMs(Ms(g.replica_start) + Ms(g.drain));
       } else {
         continue;
       }
-      w.job = static_cast<int32_t>(jobs.size() - 1);
+      w.job = static_cast<int32_t>(jobs.size());
+      jobs.push_back(std::move(job));
     }
-    std::vector<uint32_t> maxm;
-    for (const Host& h : inv_.hosts) maxm.push_back(h.max_migrations);
+    std::vector<HostLimit> limits_of_hosts;
+    for (const Host& h : inv_.hosts) limits_of_hosts.push_back({h.max_migrations, h.link_bytes_per_s});
     std::vector<GroupLimit> limits;
     for (size_t g = 0; g < inv_.groups.size(); ++g) limits.push_back({serving_[g], inv_.groups[g].min_serving});
-    ScheduleResult sched = Schedule(jobs, maxm, limits);
+    ScheduleResult sched = Schedule(jobs, limits_of_hosts, limits);
+    for (Work& w : work_) {
+      if (w.job < 0 || w.action != Action::kLiveMigrate) continue;
+      const JobTiming& jt = sched.pipelined.jobs[w.job];
+      w.bw = jt.bandwidth_bytes_per_s;
+      w.shared_with = jt.shared_with;
+      w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
+    }
 
     Plan plan;
     plan.host = source().name;
@@ -357,8 +355,9 @@ class Planner {
       a.vm = w.vm->name;
       a.action = w.action;
       if (w.job >= 0) {
-        a.start_ms = sched.pipelined.start_ms[w.job];
-        a.end_ms = a.start_ms + w.duration_ms;
+        const JobTiming& jt = sched.pipelined.jobs[w.job];
+        a.start_ms = jt.start_ms;
+        a.end_ms = jt.start_ms + jt.t.duration_ms;
       }
       if (w.slot) {
         const Host& t = inv_.hosts[w.slot->host];
@@ -368,7 +367,7 @@ class Planner {
       }
       switch (w.action) {
         case Action::kLiveMigrate: {
-          a.predicted_stun_ms = CeilMs(w.at.stun_ms);
+          a.predicted_stun_ms = sched.pipelined.jobs[w.job].t.stun_ms;
           a.bandwidth_bytes_per_s = w.bw;
           a.link_shared_with = w.shared_with;
           a.link_alone = w.alone;

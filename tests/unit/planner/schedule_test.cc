@@ -42,8 +42,9 @@ TEST(PlannerSchedule, NoHostExceedsMaxMigrations) {
     vms.push_back(VmJ(fmt::format("v{}", i), "gpu-a", {i / 2}, "3g.40gb", (i % 2) * 4, "inference", nullptr, false,
                       Est(1000, 20000.0 * (1 + i % 3))));
   }
-  Plan p = PlanOf(Inv(J::array({MigHost("gpu-a", 3, "100Gbit", 3), MigHost("gpu-b", 2, "100Gbit", 1),
-                                MigHost("gpu-c", 2, "100Gbit", 2)}),
+  // The targets' links are slower than the source's: running side by side pays.
+  Plan p = PlanOf(Inv(J::array({MigHost("gpu-a", 3, "200Gbit", 3), MigHost("gpu-b", 2, "50Gbit", 1),
+                                MigHost("gpu-c", 2, "50Gbit", 2)}),
                       vms),
                   "gpu-a");
   ASSERT_TRUE(p.feasible) << p.reason;
@@ -54,19 +55,23 @@ TEST(PlannerSchedule, NoHostExceedsMaxMigrations) {
 }
 
 TEST(PlannerSchedule, ActionsStartAsSoonAsASlotFrees) {
-  // Durations 100 s and three of 10 s (at a 50 Gbit share), two at a time: batches
-  // wait for the 100 s one, the pipeline runs the short ones beside it.
-  J vms = J::array();
-  std::vector<double> totals = {50000, 5000, 5000, 5000};  // at 100 Gbit; doubled at the 50 Gbit share
-  for (size_t i = 0; i < totals.size(); ++i) {
-    vms.push_back(VmJ(fmt::format("v{}", i), "gpu-a", {0}, "1g.10gb", static_cast<int>(i), "inference", nullptr,
-                      false, Est(500, totals[i])));
-  }
-  Plan p = PlanOf(Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1, "100Gbit", 4)}), vms), "gpu-a");
-  ASSERT_TRUE(p.feasible) << p.reason;
-  EXPECT_EQ(p.total_ms, 100000);
-  EXPECT_EQ(p.batched_total_ms, 110000);
-  EXPECT_LT(p.total_ms, p.batched_total_ms);
+  // Source 20 GB/s (2 at a time), targets 10 GB/s each: 100 GB to one target, three
+  // of 10 GB to the other. Pipelined, the small ones follow each other beside the
+  // large one (10 s); in batches of two the second batch waits for the large one.
+  auto at = [](double gbytes) {
+    return [gbytes](double bw) { return Timed{static_cast<int64_t>(gbytes * 1e9 / bw * 1e3), 100}; };
+  };
+  std::vector<Job> jobs = {{true, 0, 1, false, 100'000, at(100)},
+                           {true, 0, 2, false, 100'000, at(10)},
+                           {true, 0, 2, false, 100'000, at(10)},
+                           {true, 0, 2, false, 100'000, at(10)}};
+  ScheduleResult r = Schedule(jobs, {{2, 20e9}, {2, 10e9}, {2, 10e9}}, {});
+  EXPECT_EQ(r.pipelined.total_ms, 10'000);
+  const auto& j = r.pipelined.jobs;
+  EXPECT_EQ(j[2].start_ms, j[1].start_ms + j[1].t.duration_ms);  // as soon as the first small one ends
+  EXPECT_EQ(j[3].start_ms, j[2].start_ms + j[2].t.duration_ms);
+  EXPECT_EQ(r.batched.total_ms, 12'000);
+  EXPECT_FALSE(r.used_batched);
 }
 
 TEST(PlannerSchedule, SharesNeverOversubscribeALink) {
@@ -120,14 +125,56 @@ TEST(PlannerSchedule, DrainsKeepMinServingAndStunsDoNotOverlapBelowIt) {
 }
 
 TEST(PlannerSchedule, DirectPipelinedNeverLongerThanBatched) {
-  // The scheduler alone, on a case where back-filling is what helps.
-  std::vector<Job> jobs = {{true, 0, 1, false, 100, 5, -1}, {true, 0, 2, false, 10, 1, -1},
-                           {true, 0, 1, false, 10, 1, -1},  {true, 0, 2, false, 10, 1, -1},
-                           {false, 0, 2, false, 50, 0, -1}};
-  ScheduleResult r = Schedule(jobs, {2, 2, 2}, {});
+  // The scheduler alone: migrations whose time is 1 GB over their bandwidth, and a drain.
+  auto gb = [](double gbytes) {
+    return [gbytes](double bw) {
+      return Timed{static_cast<int64_t>(gbytes * 1e9 / bw * 1e3), static_cast<int64_t>(gbytes * 1e9 / bw * 50)};
+    };
+  };
+  std::vector<Job> jobs;
+  for (double size : {100.0, 10.0, 10.0, 10.0}) jobs.push_back({true, 0, static_cast<uint32_t>(1 + jobs.size() % 2), false, 1'000'000, gb(size)});
+  Job drain;
+  drain.migration = false;
+  drain.drain_ms = 5'000;
+  jobs.push_back(drain);
+  std::vector<HostLimit> hosts = {{2, 10e9}, {2, 10e9}, {2, 10e9}};
+  ScheduleResult r = Schedule(jobs, hosts, {});
   EXPECT_LE(r.pipelined.total_ms, r.batched.total_ms);
-  EXPECT_EQ(r.pipelined.start_ms[4], 0);  // a drain starts at once
-  EXPECT_EQ(r.pipelined.total_ms, 100);
+  EXPECT_EQ(r.pipelined.jobs[4].start_ms, 0);  // a drain starts at once
+  // 130 GB over a 10 GB/s source link: 13 s is the floor, and it is reached.
+  EXPECT_EQ(r.pipelined.total_ms, 13'000);
+  EXPECT_FALSE(r.used_batched);
+  // At any moment the reserved shares fit the source link.
+  for (const auto& a : r.pipelined.jobs) {
+    double sum = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      const auto& b = r.pipelined.jobs[i];
+      if (b.start_ms <= a.start_ms && a.start_ms < b.start_ms + b.t.duration_ms) sum += b.bandwidth_bytes_per_s;
+    }
+    EXPECT_LE(sum, 10e9);
+  }
+}
+
+TEST(PlannerSchedule, AMigrationThatNeedsTheWholeLinkWaitsForIt) {
+  // Stun 60% of duration at 5 GB/s: 12 s for 100 GB, within a 15 s limit only at
+  // the full link; the small ones run first or after, never beside it.
+  auto at = [](double gbytes) {
+    return [gbytes](double bw) {
+      int64_t ms = static_cast<int64_t>(gbytes * 1e9 / bw * 1e3);
+      return Timed{ms, ms * 6 / 10};
+    };
+  };
+  std::vector<Job> jobs = {{true, 0, 1, false, 15'000, at(100)}, {true, 0, 1, false, 15'000, at(5)},
+                           {true, 0, 1, false, 15'000, at(5)}};
+  ScheduleResult r = Schedule(jobs, {{2, 10e9}, {2, 10e9}}, {});
+  const auto& big = r.pipelined.jobs[0];
+  EXPECT_EQ(big.bandwidth_bytes_per_s, 10e9);
+  EXPECT_LE(big.t.stun_ms, 15'000);
+  for (size_t i = 1; i < 3; ++i) {
+    const auto& o = r.pipelined.jobs[i];
+    bool overlap = o.start_ms < big.start_ms + big.t.duration_ms && big.start_ms < o.start_ms + o.t.duration_ms;
+    EXPECT_FALSE(overlap) << i;
+  }
 }
 
 }  // namespace
