@@ -143,6 +143,43 @@ class Search {
     return out;
   }
 
+  // At most how many of the needs from `depth` on can still be placed: each MIG
+  // profile no more often than the fleet's GPUs could take it alone (the others
+  // unbounded). Cuts the search when a fleet is short of capacity.
+  size_t UpperBound(size_t depth) {
+    std::map<std::pair<const GpuModel*, const MigProfile*>, size_t> mig;
+    size_t others = 0;
+    for (size_t d = depth; d < order_.size(); ++d) {
+      const SlotNeed& n = needs_[order_[d]];
+      if (n.kind == SlotKind::kMig) {
+        ++mig[{n.model, n.mig}];
+      } else {
+        ++others;
+      }
+    }
+    size_t bound = others;
+    const auto& hosts = fleet_.inventory().hosts;
+    for (const auto& [key, count] : mig) {
+      const auto& [model, prof] = key;
+      size_t p = static_cast<size_t>(prof - model->mig_profiles.data());
+      size_t cap = 0;
+      SlotNeed probe;
+      probe.kind = SlotKind::kMig;
+      probe.model = model;
+      for (uint32_t h : fleet_.targets()) {
+        evaluations_ += hosts[h].gpus.size();
+        for (uint32_t pos = 0; pos < hosts[h].gpus.size() && cap < count; ++pos) {
+          if (!fleet_.SameKind(probe, h, pos)) continue;
+          const GpuState& g = fleet_.gpu(h, pos);
+          cap += MigCapacity(*model, g.mask, g.instances)[p];
+        }
+        if (cap >= count) break;
+      }
+      bound += std::min(cap, count);
+    }
+    return bound;
+  }
+
   void Dfs(size_t depth, size_t placed) {
     if (done_ || aborted_) return;
     if (best_placed_ >= 0 && evaluations_ > budget_) {
@@ -151,6 +188,7 @@ class Search {
     }
     const size_t n = needs_.size();
     if (best_placed_ >= 0 && placed + (n - depth) <= static_cast<size_t>(best_placed_)) return;
+    if (best_placed_ >= 0 && depth < n && placed + UpperBound(depth) <= static_cast<size_t>(best_placed_)) return;
     if (depth == n) {
       best_ = cur_;
       best_placed_ = static_cast<int64_t>(placed);

@@ -242,6 +242,13 @@ Timing Batched(const std::vector<Job>& jobs, const std::vector<size_t>& order, c
   return t;
 }
 
+// Ties between schedules of the same length go to the one with less stun.
+int64_t StunSum(const Timing& t) {
+  int64_t sum = 0;
+  for (const JobTiming& j : t.jobs) sum += j.t.stun_ms;
+  return sum;
+}
+
 }  // namespace
 
 ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimit>& hosts,
@@ -263,12 +270,15 @@ ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimi
   Pipeline pipe(jobs, hosts, groups, timer);
   // Even shares suit slow targets (several run side by side); whole-link shares
   // suit a source-bound evacuation (one after another at full speed): try both,
-  // with and without overtaking, and keep the shortest (the first on a tie).
+  // with and without overtaking, and keep the shortest (on a tie, the one with
+  // the least stun in all).
   r.pipelined.total_ms = INT64_MAX;
   for (bool split_left : {true, false}) {
     for (bool backfill : {true, false}) {
       Timing t = pipe.Run(order, backfill, split_left);
-      if (t.total_ms < r.pipelined.total_ms) r.pipelined = std::move(t);
+      if (std::pair(t.total_ms, StunSum(t)) < std::pair(r.pipelined.total_ms, StunSum(r.pipelined))) {
+        r.pipelined = std::move(t);
+      }
     }
   }
   if (r.pipelined.total_ms > r.batched.total_ms) {

@@ -114,7 +114,7 @@ struct PlanOptions {
   bool allow_power_off = false;  // --allow-power-off; either this or the policy allows it
   // Candidate evaluations the exact placement search may spend before it keeps the
   // best assignment found so far (then Plan::search_exact is false).
-  uint64_t search_budget = 20'000'000;
+  uint64_t search_budget = 10'000'000;
 };
 
 enum class Action { kLiveMigrate, kDrainAndReplace, kPowerOff, kBlocked };

@@ -17,20 +17,33 @@ J Chat(int min_serving, const std::string& replica_start = "90s", const std::str
 }
 
 TEST(PlannerDecision, LiveMigrateWhenTheStunFitsAtTheShareItGets) {
-  Plan p = PlanOf(TwoHosts(J::array({VmJ("a", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, Est(8000, 40000)),
-                                     VmJ("b", "gpu-a", {1}, "3g.40gb", 0, "inference", nullptr, false, Est(8000, 40000))})),
+  // Estimates made at 50 Gbit: on 100 Gbit links two run side by side at 50 Gbit
+  // each in the time one takes, so the plan shares the link.
+  Plan p = PlanOf(TwoHosts(J::array({VmJ("a", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false,
+                                         Est(8000, 40000, "50Gbit")),
+                                     VmJ("b", "gpu-a", {1}, "3g.40gb", 0, "inference", nullptr, false,
+                                         Est(8000, 40000, "50Gbit"))})),
                   "gpu-a");
   EXPECT_TRUE(p.feasible) << p.reason;
   const auto& a = ActionOf(p, "a");
   EXPECT_EQ(a.action, Action::kLiveMigrate);
   ASSERT_TRUE(a.to.has_value());
   EXPECT_EQ(a.to->host, "gpu-b");
-  // Two migrations share gpu-a's 100 Gbit: 50 Gbit each, so the estimate (at 100 Gbit) doubles.
-  EXPECT_EQ(a.predicted_stun_ms, 16000);
-  EXPECT_EQ(a.end_ms - a.start_ms, 80000);
+  EXPECT_EQ(a.predicted_stun_ms, 8000);
+  EXPECT_EQ(a.end_ms - a.start_ms, 40000);
   EXPECT_EQ(a.link_shared_with, 1u);
+  EXPECT_EQ(p.total_ms, 40000);
   EXPECT_TRUE(Has(a.reason, "50 Gbit (link shared with 1 other) is within 100 s")) << a.reason;
-  EXPECT_TRUE(Has(a.reason, "scaled from the estimate at 100 Gbit")) << a.reason;
+  EXPECT_TRUE(Has(a.reason, "scaled from the estimate at 50 Gbit")) << a.reason;
+}
+
+TEST(PlannerDecision, TheStunIsScaledToTheShare) {
+  // Estimates at 100 Gbit, a 50 Gbit share: twice the stun and the time.
+  J inv = TwoHosts(J::array({VmJ("a", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, Est(8000, 40000))}));
+  inv["hosts"][1]["link"] = "50Gbit";
+  Plan p = PlanOf(inv, "gpu-a");
+  EXPECT_EQ(ActionOf(p, "a").predicted_stun_ms, 16000);
+  EXPECT_EQ(ActionOf(p, "a").end_ms, 80000);
 }
 
 TEST(PlannerDecision, AVmThatOnlyFitsAloneGetsTheLinkAlone) {
