@@ -102,7 +102,7 @@ std::string PlanGnuplotScript(const Plan& p, const std::string& png) {
     } else if (a.action == Action::kDrainAndReplace) {
       rect(st, en, y, "#228833");
     } else if (a.action == Action::kPowerOff) {
-      s += fmt::format("set label {} 'power-off' at {:.3f},{:.2f} tc rgb '#000000'\n", obj++, st, y);
+      s += fmt::format("set label {} 'power-off' at {:.3f},{:.2f} right offset -0.5,0 tc rgb '#000000'\n", obj++, st, y);
     } else {
       s += fmt::format("set label {} 'blocked' at 0,{:.2f} tc rgb '#cc3311'\n", obj++, y);
     }
