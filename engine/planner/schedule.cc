@@ -59,10 +59,7 @@ class Pipeline {
            Timer& timer)
       : jobs_(jobs), hosts_(hosts), groups_(groups), timer_(timer) {}
 
-  // split_left: divide a link among the migrations still to run on it (at most
-  // max_migrations); otherwise among those running now plus this one.
-  Timing Run(const std::vector<size_t>& order, bool backfill, bool split_left) {
-    split_left_ = split_left;
+  Timing Run(const std::vector<size_t>& order) {
     const size_t nh = hosts_.size();
     busy_.assign(nh, 0);
     alone_.assign(nh, 0);
@@ -92,8 +89,6 @@ class Pipeline {
           Take(*it, t.jobs[*it], +1);
           running.push_back(*it);
           it = pending.erase(it);
-        } else if (!backfill) {
-          break;
         } else {
           ++it;
         }
@@ -127,10 +122,8 @@ class Pipeline {
     auto free = [&](uint32_t h) { return hosts_[h].link_bytes_per_s - reserved_[h]; };
     // The shares it could take, smallest first: the link over the migrations that
     // can still run on it, then over fewer, down to the whole link.
-    uint32_t ns = split_left_ ? left_[j.source] : busy_[j.source] + 1;
-    uint32_t nd = split_left_ ? left_[j.target] : busy_[j.target] + 1;
-    uint32_t ks = std::max<uint32_t>(1, std::min(s.max_migrations, ns));
-    uint32_t kd = std::max<uint32_t>(1, std::min({d.max_migrations, s.max_migrations, nd}));
+    uint32_t ks = std::max<uint32_t>(1, std::min(s.max_migrations, left_[j.source]));
+    uint32_t kd = std::max<uint32_t>(1, std::min({d.max_migrations, s.max_migrations, left_[j.target]}));
     uint32_t k = j.alone ? 1 : std::max(ks, kd);
     // Never below the share every migration gets when the links are fully used.
     double floor = std::min(s.link_bytes_per_s / s.max_migrations,
@@ -169,7 +162,6 @@ class Pipeline {
   const std::vector<HostLimit>& hosts_;
   const std::vector<GroupLimit>& groups_;
   Timer& timer_;
-  bool split_left_ = true;
   std::vector<uint32_t> busy_, alone_, left_;
   std::vector<double> reserved_;
   std::vector<std::vector<Window>> windows_;
@@ -242,13 +234,6 @@ Timing Batched(const std::vector<Job>& jobs, const std::vector<size_t>& order, c
   return t;
 }
 
-// Ties between schedules of the same length go to the one with less stun.
-int64_t StunSum(const Timing& t) {
-  int64_t sum = 0;
-  for (const JobTiming& j : t.jobs) sum += j.t.stun_ms;
-  return sum;
-}
-
 }  // namespace
 
 ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimit>& hosts,
@@ -268,19 +253,9 @@ ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimi
   ScheduleResult r;
   r.batched = Batched(jobs, order, hosts, groups, timer);
   Pipeline pipe(jobs, hosts, groups, timer);
-  // Even shares suit slow targets (several run side by side); whole-link shares
-  // suit a source-bound evacuation (one after another at full speed): try both,
-  // with and without overtaking, and keep the shortest (on a tie, the one with
-  // the least stun in all).
-  r.pipelined.total_ms = INT64_MAX;
-  for (bool split_left : {true, false}) {
-    for (bool backfill : {true, false}) {
-      Timing t = pipe.Run(order, backfill, split_left);
-      if (std::pair(t.total_ms, StunSum(t)) < std::pair(r.pipelined.total_ms, StunSum(r.pipelined))) {
-        r.pipelined = std::move(t);
-      }
-    }
-  }
+  // PLANNER.md: each action starts as soon as capacity allows (a migration slot
+  // on both hosts, and its share of both links).
+  r.pipelined = pipe.Run(order);
   if (r.pipelined.total_ms > r.batched.total_ms) {
     r.pipelined = r.batched;
     r.used_batched = true;

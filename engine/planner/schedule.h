@@ -2,16 +2,16 @@
 // each migration runs, and so how long it takes and how long its stun is.
 //
 // Pipelined (what the plan uses): event-driven; each action starts as soon as
-// it may: at most max_migrations migrations touch a host at once (as source or
-// target); a migration that starts reserves its share of both links for its
-// whole run and is predicted at that share (never more than what is free, so a
-// link is never oversubscribed): the link divided among the migrations that
-// can still run on it (at most max_migrations), or a larger share when its stun
-// only fits that way; a migration that cannot share the link with even one other
-// runs with no other migration on its source or target. The stun windows of one
-// replica group's members never overlap so much that fewer than min_serving
-// serve. Drains use no migration link: they start at once. Two orders are tried
-// (longest first with back-filling, and without overtaking) and the shorter kept.
+// capacity allows (a later one may overtake one that must wait): at most
+// max_migrations migrations touch a host at once (as source or target); a
+// migration that starts reserves its share of both links for its whole run and
+// is predicted at that share (never more than what is free, so a link is never
+// oversubscribed): the link divided among the migrations that can still run on
+// it (at most max_migrations), or a larger share when its stun only fits so; a
+// migration that cannot share the link with even one other runs with no other
+// migration on its source or target. The stun windows of one replica group's
+// members never overlap so much that fewer than min_serving serve. Drains use no
+// migration link: they start at once.
 //
 // Batched (for comparison): the same actions in order, in fixed batches of the
 // source's max_migrations (a batch also respects the targets' limits; a
