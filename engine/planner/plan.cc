@@ -207,6 +207,13 @@ class Planner {
           }
           continue;
         }
+        if (w.replica) {  // the group is already below min_serving
+          const Group& g = group(w);
+          Block(w, fmt::format("group {} would stay below {} serving: it has {}, already fewer than its "
+                               "min_serving, and neither a drain nor a migration keeps it at {} at every moment",
+                               g.name, g.min_serving, serving_[w.group], g.min_serving));
+          continue;
+        }
         if (migratable && stun_keeps_group) {
           w.action = Action::kLiveMigrate;
           continue;
@@ -217,13 +224,6 @@ class Planner {
                                "migration takes one away{}",
                                g.name, g.min_serving, serving_[w.group], Seconds(mig.stun_ms),
                                w.replica ? "" : "; only a stateless-inference replica can be drained instead"));
-          continue;
-        }
-        if (w.replica) {  // the group is already below min_serving
-          const Group& g = group(w);
-          Block(w, fmt::format("group {} has {} serving, already fewer than its min_serving {}: neither a "
-                               "drain nor a migration keeps it at {} at every moment",
-                               g.name, serving_[w.group], g.min_serving, g.min_serving));
           continue;
         }
       }
@@ -257,9 +257,9 @@ class Planner {
         return Block(w, why + "; power-off is not allowed (set policy.allow_power_off or pass --allow-power-off)");
       }
       if (w.group >= 0 && serving_[w.group] < group(w).min_serving + powered_off_[w.group] + 1) {
-        return Block(w, why + fmt::format("; powering it off would leave group {} with {} serving, below {}",
-                                          group(w).name, serving_[w.group] - powered_off_[w.group] - 1,
-                                          group(w).min_serving));
+        return Block(w, why + fmt::format("; powering it off: group {} would fall below {} serving ({} left)",
+                                          group(w).name, group(w).min_serving,
+                                          serving_[w.group] - powered_off_[w.group] - 1));
       }
       if (w.group >= 0) ++powered_off_[w.group];
       w.action = Action::kPowerOff;

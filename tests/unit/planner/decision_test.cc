@@ -165,7 +165,7 @@ TEST(PlannerDecision, AGroupAlreadyBelowMinServingBlocks) {
   Plan p = PlanOf(TwoHosts(vms, Chat(3)), "gpu-a");
   EXPECT_FALSE(p.feasible);
   EXPECT_EQ(ActionOf(p, "c1").action, Action::kBlocked);
-  EXPECT_TRUE(Has(ActionOf(p, "c1").reason, "group chat")) << ActionOf(p, "c1").reason;
+  EXPECT_TRUE(Has(ActionOf(p, "c1").reason, "group chat would stay below 3 serving")) << ActionOf(p, "c1").reason;
 }
 
 TEST(PlannerDecision, AStatefulGroupMemberIsNotDrained) {
@@ -191,7 +191,8 @@ TEST(PlannerDecision, PowerOffThatWouldTakeAGroupBelowMinServingBlocks) {
                    Chat(2));
   Plan p = PlanOf(inv, "gpu-a", true);
   EXPECT_EQ(ActionOf(p, "c1").action, Action::kBlocked);
-  EXPECT_TRUE(Has(ActionOf(p, "c1").reason, "powering it off would leave group chat")) << ActionOf(p, "c1").reason;
+  EXPECT_TRUE(Has(ActionOf(p, "c1").reason, "powering it off: group chat would fall below 2 serving"))
+      << ActionOf(p, "c1").reason;
   inv["groups"][0]["min_serving"] = 1;
   EXPECT_EQ(ActionOf(PlanOf(inv, "gpu-a", true), "c1").action, Action::kPowerOff);
 }
