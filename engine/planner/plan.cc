@@ -55,6 +55,7 @@ struct Work {
   StunAt at, at_alone;
   double bw = 0;
   bool alone = false;
+  double pair_bw = 0, pair_stun_ms = 0;  // the share beside one other migration, and the stun there
   uint32_t shared_with = 0;
   std::string why;  // the decision's own words (completed after the schedule)
   int32_t job = -1;
@@ -299,6 +300,8 @@ class Planner {
                              t.link_bytes_per_s / std::min({2u, t.max_migrations, source().max_migrations}));
       w.at = PredictStunAt(*w.vm, pair, w.max_stun);
       w.alone = w.at.stun_ms > w.max_stun_ms && pair < AloneBandwidth(w);
+      w.pair_bw = pair;
+      w.pair_stun_ms = w.at.stun_ms;
     }
   }
 
@@ -420,7 +423,10 @@ class Planner {
                                          w.shared_with == 1 ? "" : "s");
     std::string text = fmt::format("predicted stun {} at {} is within {}", Seconds(w.at.stun_ms), link,
                                    Seconds(w.max_stun_ms));
-    if (w.alone) text += "; it runs alone: sharing the link would push its stun past the limit";
+    if (w.alone) {
+      text += fmt::format("; it runs alone: sharing the link ({} beside one other migration) would make its stun {}",
+                          Gbit(w.pair_bw), Seconds(w.pair_stun_ms));
+    }
     text += fmt::format("; {}", BasisText(*w.vm, w.at));
     if (w.group >= 0) {
       text += fmt::format("; group {} keeps at least {} serving during its stun", group(w).name,
