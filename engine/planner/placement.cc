@@ -255,8 +255,18 @@ std::string ShortfallText(const Fleet& fleet, const SlotNeed& need) {
       }
     }
   }
-  std::string where = names.empty() ? std::string("there is no target host (every other host is in maintenance)")
-                                    : fmt::format("on the targets ({})", fmt::join(names, ", "));
+  std::string where;
+  if (names.empty()) {
+    std::vector<std::string> maintenance;
+    for (const Host& h : hosts) {
+      if (h.maintenance) maintenance.push_back(h.name);
+    }
+    where = maintenance.empty()
+                ? std::string("there is no target host (the inventory has no other host)")
+                : fmt::format("there is no target host (the others are in maintenance: {})", fmt::join(maintenance, ", "));
+  } else {
+    where = fmt::format("on the targets ({})", fmt::join(names, ", "));
+  }
   if (names.empty()) return fmt::format("no slot for it: {}", where);
   std::string mode = need.kind == SlotKind::kMig ? "mig" : need.kind == SlotKind::kVgpu ? "vgpu" : "passthrough";
   if (same_model == 0) {

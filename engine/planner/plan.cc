@@ -227,6 +227,16 @@ class Planner {
                                w.replica ? "" : "; only a stateless-inference replica can be drained instead"));
           continue;
         }
+        if (!vm.uvm) {  // the stun fits the source's link, not the target's
+          const Host& t = inv_.hosts[w.slot->host];
+          Block(w, fmt::format("predicted stun {} > {} even with the link alone ({} from {} to {}, the best target "
+                               "with room; {}), and it is not a stateless-inference replica that could be drained "
+                               "instead (class {}{})",
+                               Seconds(w.at_alone.stun_ms), Seconds(w.max_stun_ms), Gbit(AloneBandwidth(w)),
+                               source().name, t.name, BasisText(vm, w.at_alone), ClassName(vm.vm_class),
+                               w.group >= 0 ? "" : ", no group"));
+          continue;
+        }
       }
       NoSlot(w);
     }

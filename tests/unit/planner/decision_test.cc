@@ -107,6 +107,18 @@ TEST(PlannerDecision, StunOverTheLimitAndNotStatelessIsBlocked) {
   EXPECT_TRUE(Has(t.reason, "not a stateless-inference replica")) << t.reason;
 }
 
+TEST(PlannerDecision, AStunThatFitsOnlyTheSourcesLinkIsBlockedNamingTheTarget) {
+  // 60 s at 100 Gbit; the only target has 25 Gbit: 240 s.
+  J inv = Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1, "25Gbit")}),
+              J::array({VmJ("t", "gpu-a", {0}, "3g.40gb", 0, "training", nullptr, false, Est(60000, 90000))}));
+  Plan p = PlanOf(inv, "gpu-a");
+  const auto& t = ActionOf(p, "t");
+  EXPECT_EQ(t.action, Action::kBlocked);
+  EXPECT_FALSE(t.to.has_value());
+  EXPECT_EQ(t.predicted_stun_ms, 240000);
+  EXPECT_TRUE(Has(t.reason, "240 s > 100 s even with the link alone (25 Gbit from gpu-a to gpu-b")) << t.reason;
+}
+
 TEST(PlannerDecision, PerVmMaxStunOverridesThePolicy) {
   J inv = TwoHosts(J::array({VmJ("t", "gpu-a", {0}, "3g.40gb", 0, "training", nullptr, false, Est(20000, 60000))}));
   EXPECT_EQ(ActionOf(PlanOf(inv, "gpu-a"), "t").action, Action::kLiveMigrate);
