@@ -81,6 +81,17 @@ json_check "$tmp/merged.json" '[v for v in r["vms"] if v["name"] == "llm-1"][0][
 "$bin" plan --inventory "$tmp/merged.json" --evacuate gpu-a --json --allow-power-off >"$tmp/j8" 2>/dev/null
 check "merged inventory plans" 0 $?
 json_check "$tmp/j8" '[a for a in r["actions"] if a["vm"] == "llm-1"][0]["stun_basis"] == "profile"' "the profile is used"
+# The real thing: a fresh `estimate --json` (a small sim device projected to the
+# VM's 40 GB) is accepted whole and re-run at the share the schedule gives.
+"$bin" estimate --json --device "sim:size=64MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms" --sample 200ms \
+  --warmup 50ms --link 100Gbit --project 40GB >"$tmp/est/llm-1.json" 2>"$tmp/e7b"
+check "estimate --json for the inventory" 0 $?
+json_check "$tmp/est/llm-1.json" 'r["link"] == "100Gbit" and r["pipeline_bytes_per_s"] > 0 and r["regions"]' "estimate carries link and profile"
+"$bin" inventory --base "$tmp/base.json" --from-estimates "$tmp/est" --out "$tmp/merged2.json" 2>/dev/null
+check "inventory --out" 0 $?
+"$bin" plan --inventory "$tmp/merged2.json" --evacuate gpu-a --json --allow-power-off >"$tmp/j9" 2>/dev/null
+check "plan from a fresh estimate" 0 $?
+json_check "$tmp/j9" '[a for a in r["actions"] if a["vm"] == "llm-1"][0]["stun_basis"] == "profile"' "fresh profile re-run"
 echo '{"predicted_stun_ms": 1}' >"$tmp/est/llm-1.json"
 "$bin" inventory --base "$tmp/base.json" --from-estimates "$tmp/est" >/dev/null 2>"$tmp/e9"; check "bad estimate exits 2" 2 $?
 contains "bad estimate names the key" "$tmp/e9" 'vms\[0\]\.estimate\.link: missing'
