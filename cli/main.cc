@@ -15,7 +15,9 @@
 #include "cli/checkpoint_commands.h"
 #include "cli/demo_command.h"
 #include "cli/estimate_command.h"
+#include "cli/inventory_command.h"
 #include "cli/net_commands.h"
+#include "cli/plan_command.h"
 #include "cli/proc_commands.h"
 
 namespace {
@@ -78,6 +80,10 @@ int main(int argc, char** argv) {
   CLI::App* checkpoint_cmd = gpumigrate::cli::AddCheckpointCommand(app, checkpoint);
   gpumigrate::cli::RestoreFlags restore;
   CLI::App* restore_cmd = gpumigrate::cli::AddRestoreCommand(app, restore);
+  gpumigrate::cli::PlanFlags plan;
+  CLI::App* plan_cmd = gpumigrate::cli::AddPlanCommand(app, plan);
+  gpumigrate::cli::InventoryFlags inventory;
+  CLI::App* inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, inventory);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -119,5 +125,7 @@ int main(int argc, char** argv) {
   if (*release_cmd) return gpumigrate::cli::RunHeld(held, true);
   if (*checkpoint_cmd) return gpumigrate::cli::RunCheckpoint(checkpoint, g_cancel);
   if (*restore_cmd) return gpumigrate::cli::RunRestore(restore, g_cancel);
+  if (*plan_cmd) return gpumigrate::cli::RunPlan(plan);
+  if (*inventory_cmd) return gpumigrate::cli::RunInventory(inventory);
   return 2;
 }

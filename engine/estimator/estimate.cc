@@ -24,6 +24,7 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
     r.modelled = ProjectProfile(r.measured, o.project_bytes, o.project_scale_dirty, &r.assumptions);
   }
   ModelParams& p = r.params;
+  r.pipeline_bytes_per_s = cal.inprocess_bytes_per_s;
   p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal.fixed_cost_ms * 1e6));
   p.downtime_target = o.downtime_target;
   p.max_stun = o.max_stun;
@@ -34,6 +35,7 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
     double pipe = cal.inprocess_bytes_per_s;
     double rate = std::min(o.link_bytes_per_s, pipe);
     p.bandwidth_mid = rate;
+    r.link = o.link_text;
     p.bandwidth_high = std::min(o.link_bytes_per_s, std::max(pipe, cal.inprocess_high_bytes_per_s));
     p.bandwidth_low = 0.9 * std::min(o.link_bytes_per_s, std::min(pipe, cal.inprocess_low_bytes_per_s));
     r.link_source = fmt::format("--link {} ({}){}", o.link_text, FormatRate(o.link_bytes_per_s),
@@ -51,6 +53,7 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
     r.link_source = fmt::format("in-process pipeline, calibrated: {} (runs ranged {} to {})",
                                 FormatRate(p.bandwidth_mid), FormatRate(p.bandwidth_low),
                                 FormatRate(p.bandwidth_high));
+    r.link = fmt::format("{:.0f}B/s", p.bandwidth_mid);
     r.assumptions.push_back("no --link given: the bandwidth of an in-process migration on this host, as calibrated");
   }
   r.assumptions.push_back(fmt::format("fixed switchover cost {:.2f} ms, calibrated {} ({})", cal.fixed_cost_ms,
@@ -110,6 +113,9 @@ std::string EstimateToJson(const EstimateReport& r) {
                                 {"mid", r.params.bandwidth_mid},
                                 {"high", r.params.bandwidth_high},
                                 {"source", r.link_source}};
+  j["link"] = r.link;
+  j["pipeline_bytes_per_s"] = r.pipeline_bytes_per_s;
+  j["max_rounds"] = r.params.max_rounds;
   j["fixed_cost_ms"] = std::chrono::duration<double, std::milli>(r.params.fixed_cost).count();
   j["device_state_bytes"] = r.modelled.device_state_bytes;
   j["downtime_target_ms"] = std::chrono::duration<double, std::milli>(r.params.downtime_target).count();

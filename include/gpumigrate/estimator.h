@@ -138,6 +138,11 @@ struct EstimateReport {
   ModelParams params;
   Prediction prediction;
   std::string link_source;
+  // The link the prediction assumed, in the CLI's rate syntax ("100Gbit"; the
+  // calibrated in-process rate as "NB/s" without --link), and this host's pipeline
+  // rate: the JSON's "link" and "pipeline_bytes_per_s", which the planner reads.
+  std::string link;
+  double pipeline_bytes_per_s = 0;
   std::string calibration_path, calibration_time;
   bool calibrated_now = false;
   std::vector<std::string> assumptions;

@@ -25,6 +25,7 @@ PUBLIC_HEADERS = {
     "session.h": "session", "report.h": "session", "local_migration.h": "session",
     "estimator.h": "estimator", "calibration.h": "estimator",
     "checkpoint.h": "checkpoint",
+    "planner.h": "planner",
     "shim.h": None,  # libgpumigrate_shim's C API, for workloads
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

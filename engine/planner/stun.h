@@ -1,0 +1,37 @@
+// A VM's stun and migration time at the bandwidth the schedule gives it.
+//
+//   profile       the estimate carries the measured profile: re-run the engine's
+//                 own model (RunModel, the engine's switchover rule) at that
+//                 bandwidth, capped by the source's pipeline, with each region's
+//                 codec ratio re-derived for it (min(ratio, speed / bandwidth))
+//   scaled        only the estimate's figures: scale them by estimate.link / bandwidth
+//                 (never below the estimate: a faster link may not be usable)
+//   frame-buffer  no estimate: stop-and-copy of the whole frame buffer
+// Pure.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+#include "gpumigrate/planner.h"
+
+namespace gpumigrate::planner {
+
+struct StunAt {
+  double stun_ms = 0;
+  double total_ms = 0;
+  std::string basis;  // "profile", "scaled", "frame-buffer"
+};
+
+StunAt PredictStunAt(const Vm& vm, double bandwidth_bytes_per_s, std::chrono::nanoseconds max_stun);
+
+// "from the measured profile", "scaled from the estimate at 100 Gbit", "no
+// estimate: stop-and-copy of its 40 GB frame buffer".
+std::string BasisText(const Vm& vm, const StunAt& s);
+
+// "50 Gbit", "12.5 Gbit", "800 Mbit".
+std::string Gbit(double bytes_per_s);
+// "9.1 s", "100 s", "350 ms".
+std::string Seconds(double ms);
+
+}  // namespace gpumigrate::planner

@@ -1,0 +1,161 @@
+// Evacuation planner: given an inventory of hosts, GPUs, replica groups and VMs
+// (with their stun estimates), decide for every VM of the host to evacuate what
+// happens to it (live-migrate, drain-and-replace, power-off, blocked), where it
+// goes (MIG start slices, time-sliced vGPU, whole passthrough GPUs), and when
+// (an event-driven schedule that shares links and keeps replica groups serving).
+// The formats and rules are ../shared/PLANNER.md; this header is their model.
+//
+//   ParseInventory   JSON text -> Inventory; every malformed or inconsistent
+//                    input is an InvalidArgument naming the key path
+//                    ("vms[3].placement: slot 5 is not a valid start for 3g.40gb").
+//   MakePlan         Inventory + host -> Plan (pure: no I/O, no clock).
+//   PlanToJson       the plan format of PLANNER.md, byte-for-byte deterministic.
+//
+// Pure logic throughout: the CLI reads files and prints. Not thread-safe per
+// object; separate calls on separate objects may run concurrently.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpumigrate/estimator.h"
+#include "gpumigrate/status.h"
+
+namespace gpumigrate::planner {
+
+enum class GpuMode { kMig, kVgpu, kPassthrough };
+enum class VmClass { kInference, kStatelessInference, kTraining, kGraphics };
+enum class SlotKind { kMig, kVgpu, kPassthrough };
+
+struct Gpu {
+  uint32_t index = 0;
+  std::string model;  // a known model: "H100-80GB", "A100-80GB"
+  GpuMode mode = GpuMode::kMig;
+};
+
+struct Host {
+  std::string name;
+  std::string link_text;  // as written, e.g. "100Gbit"
+  double link_bytes_per_s = 0;
+  uint32_t max_migrations = 2;
+  bool maintenance = false;
+  std::string agent;
+  std::vector<Gpu> gpus;
+};
+
+struct Group {
+  std::string name;
+  uint32_t min_serving = 0;
+  std::chrono::nanoseconds replica_start{0};
+  // How long the old replica drains once its replacement is ready (key "drain";
+  // default policy.drain). An extension of PLANNER.md, added as a key.
+  std::chrono::nanoseconds drain{0};
+};
+
+// What the inventory says about a VM's stun. `profile` is present when the
+// estimate carries the measured profile (the whole `gpumigrate estimate --json`),
+// so the engine's own model can be re-run at the bandwidth the schedule gives.
+struct VmEstimate {
+  bool present = false;
+  std::string link_text;
+  double link_bytes_per_s = 0;
+  double stun_ms = 0, total_ms = 0;
+  std::optional<DeviceProfile> profile;
+  ModelParams params;               // fixed cost, downtime target, max rounds of the estimate
+  double pipeline_bytes_per_s = 0;  // the source's own pipeline cap (0: unknown, the link only)
+};
+
+struct Vm {
+  std::string name;
+  std::string host;
+  std::vector<uint32_t> gpus;  // GPU indices on `host`
+  std::string profile;         // as written: "3g.40gb", "vgpu:20GB", "passthrough"
+  SlotKind kind = SlotKind::kMig;
+  uint64_t bytes_per_gpu = 0;  // frame buffer per GPU: the vGPU size, the MIG profile's, the whole GPU's
+  std::optional<uint32_t> placement;       // kMig: the start slice
+  VmClass vm_class = VmClass::kInference;
+  std::string group;  // empty: none
+  bool uvm = false;   // as written, or implied (multi-GPU vGPU)
+  bool uvm_implied = false;
+  VmEstimate estimate;
+  std::optional<std::chrono::nanoseconds> max_stun;  // overrides the policy
+};
+
+struct Policy {
+  std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
+  bool allow_power_off = false;
+  std::chrono::nanoseconds drain = std::chrono::seconds(30);  // groups without their own "drain"
+};
+
+struct Inventory {
+  Policy policy;
+  std::vector<Host> hosts;
+  std::vector<Group> groups;
+  std::vector<Vm> vms;
+
+  const Host* FindHost(std::string_view name) const;
+  const Group* FindGroup(std::string_view name) const;
+};
+
+// Parses and validates an inventory (PLANNER.md, version 1). Unknown keys are
+// ignored (the format is extended by adding keys).
+Result<Inventory> ParseInventory(std::string_view json_text);
+
+// Frame-buffer bytes of a VM (what a stop-and-copy moves; what an estimate-less
+// VM is estimated from).
+uint64_t FrameBufferBytes(const Vm& vm);
+
+struct PlanOptions {
+  std::string evacuate;
+  bool allow_power_off = false;  // --allow-power-off; either this or the policy allows it
+  // Candidate evaluations the exact placement search may spend before it keeps the
+  // best assignment found so far (then Plan::search_exact is false).
+  uint64_t search_budget = 10'000'000;
+};
+
+enum class Action { kLiveMigrate, kDrainAndReplace, kPowerOff, kBlocked };
+std::string_view ActionName(Action a);  // "live-migrate", "drain-and-replace", "power-off", "blocked"
+
+struct Target {
+  std::string host;
+  std::vector<uint32_t> gpus;
+  std::optional<uint32_t> placement;  // the MIG start slice; none off MIG
+};
+
+struct PlannedAction {
+  std::string vm;
+  Action action = Action::kBlocked;
+  std::optional<Target> to;
+  int64_t predicted_stun_ms = 0;
+  int64_t start_ms = 0, end_ms = 0;
+  std::string reason;
+  // Extensions (added keys): how the stun was predicted and at what bandwidth.
+  double bandwidth_bytes_per_s = 0;  // live-migrate: the share it gets
+  uint32_t link_shared_with = 0;     // other migrations it may share a link with
+  bool link_alone = false;           // needs the link alone to stay within max stun
+  std::string stun_basis;            // "profile", "scaled", "frame-buffer"
+};
+
+struct Plan {
+  std::string host;
+  bool feasible = false;
+  std::string reason;
+  int64_t total_ms = 0;
+  int64_t batched_total_ms = 0;
+  std::vector<PlannedAction> actions;  // every VM of `host`, in inventory order
+  bool search_exact = true;            // the placement search finished within its budget
+  uint64_t search_evaluations = 0;
+  bool used_batched = false;           // the pipelined order was no shorter: batched timing
+};
+
+// Errors: InvalidArgument when `options.evacuate` names no host (CLI exit 2). An
+// evacuation that cannot be done is a Plan with feasible == false, not an error.
+Result<Plan> MakePlan(const Inventory& inventory, const PlanOptions& options);
+
+std::string PlanToJson(const Plan& plan);
+
+}  // namespace gpumigrate::planner

@@ -1,0 +1,183 @@
+// The schedule: event-driven starts, max_migrations per host as source or target,
+// link shares, alone-on-the-link migrations, drains that keep min_serving, and
+// the pipelined total beside the batched one.
+#include <algorithm>
+#include <map>
+
+#include "engine/planner/schedule.h"
+#include "tests/unit/planner/planner_fixtures.h"
+
+namespace gpumigrate::planner::testing {
+namespace {
+
+// The most migrations active at once that touch `host` (source or target).
+int MostConcurrent(const Plan& p, const std::string& source, const std::string& host) {
+  std::vector<std::pair<int64_t, int>> ev;
+  for (const auto& a : p.actions) {
+    if (a.action != Action::kLiveMigrate) continue;
+    if (source != host && a.to->host != host) continue;
+    ev.push_back({a.start_ms, +1});
+    ev.push_back({a.end_ms, -1});
+  }
+  std::sort(ev.begin(), ev.end());
+  int cur = 0, most = 0;
+  for (auto [t, d] : ev) most = std::max(most, cur += d);
+  return most;
+}
+
+J Vms(int n, const std::string& host, const std::vector<double>& totals_ms) {
+  J vms = J::array();
+  for (int i = 0; i < n; ++i) {  // 1g.10gb instances, 7 per GPU
+    double total = totals_ms[i % totals_ms.size()];
+    vms.push_back(VmJ(fmt::format("v{}", i), host, {i / 7}, "1g.10gb", i % 7, "inference", nullptr, false,
+                      Est(total / 20, total)));
+  }
+  return vms;
+}
+
+TEST(PlannerSchedule, NoHostExceedsMaxMigrations) {
+  // Six 3g.40gb leave gpu-a (limit 3) for gpu-b (limit 1) and gpu-c (limit 2).
+  J vms = J::array();
+  for (int i = 0; i < 6; ++i) {
+    vms.push_back(VmJ(fmt::format("v{}", i), "gpu-a", {i / 2}, "3g.40gb", (i % 2) * 4, "inference", nullptr, false,
+                      Est(1000, 20000.0 * (1 + i % 3))));
+  }
+  // The targets' links are slower than the source's: running side by side pays.
+  Plan p = PlanOf(Inv(J::array({MigHost("gpu-a", 3, "200Gbit", 3), MigHost("gpu-b", 2, "50Gbit", 1),
+                                MigHost("gpu-c", 2, "50Gbit", 2)}),
+                      vms),
+                  "gpu-a");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  EXPECT_LE(MostConcurrent(p, "gpu-a", "gpu-a"), 3);
+  EXPECT_LE(MostConcurrent(p, "gpu-a", "gpu-b"), 1);
+  EXPECT_LE(MostConcurrent(p, "gpu-a", "gpu-c"), 2);
+  EXPECT_GE(MostConcurrent(p, "gpu-a", "gpu-a"), 2);  // it does run migrations side by side
+}
+
+TEST(PlannerSchedule, ActionsStartAsSoonAsASlotFrees) {
+  // Source 20 GB/s (2 at a time), targets 10 GB/s each: 100 GB to one target, three
+  // of 10 GB to the other. Pipelined, the small ones follow each other beside the
+  // large one (10 s); in batches of two the second batch waits for the large one.
+  auto at = [](double gbytes) {
+    return [gbytes](double bw) { return Timed{static_cast<int64_t>(gbytes * 1e9 / bw * 1e3), 100}; };
+  };
+  std::vector<Job> jobs = {{true, 0, 1, false, 100'000, at(100)},
+                           {true, 0, 2, false, 100'000, at(10)},
+                           {true, 0, 2, false, 100'000, at(10)},
+                           {true, 0, 2, false, 100'000, at(10)}};
+  ScheduleResult r = Schedule(jobs, {{2, 20e9}, {2, 10e9}, {2, 10e9}}, {});
+  EXPECT_EQ(r.pipelined.total_ms, 10'000);
+  const auto& j = r.pipelined.jobs;
+  EXPECT_EQ(j[2].start_ms, j[1].start_ms + j[1].t.duration_ms);  // as soon as the first small one ends
+  EXPECT_EQ(j[3].start_ms, j[2].start_ms + j[2].t.duration_ms);
+  EXPECT_EQ(r.batched.total_ms, 12'000);
+  EXPECT_FALSE(r.used_batched);
+}
+
+TEST(PlannerSchedule, SharesNeverOversubscribeALink) {
+  Plan p = PlanOf(Inv(J::array({MigHost("gpu-a", 1, "100Gbit", 4), MigHost("gpu-b", 1, "40Gbit", 2),
+                                MigHost("gpu-c", 1, "200Gbit", 4)}),
+                      Vms(6, "gpu-a", {20000, 40000})),
+                  "gpu-a");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  std::map<std::string, double> link = {{"gpu-a", 12.5e9}, {"gpu-b", 5e9}, {"gpu-c", 25e9}};
+  for (const auto& a : p.actions) {
+    for (const std::string& h : {std::string("gpu-a"), a.to->host}) {
+      double sum = 0;
+      for (const auto& b : p.actions) {
+        if ((h == "gpu-a" || b.to->host == h) && b.start_ms <= a.start_ms && a.start_ms < b.end_ms) {
+          sum += b.bandwidth_bytes_per_s;
+        }
+      }
+      EXPECT_LE(sum, link[h] * (1 + 1e-9)) << "at " << a.start_ms << " ms on " << h;
+    }
+  }
+}
+
+TEST(PlannerSchedule, DrainsKeepMinServingAndStunsDoNotOverlapBelowIt) {
+  // Group of 5, min_serving 4: each live migration's stun takes one replica away,
+  // so no two stuns overlap; drains take none away. (Draining takes 70 s, longer
+  // than migrating, so the three short ones migrate.)
+  J groups = J::array({J{{"name", "g"}, {"min_serving", 4}, {"replica_start", "60s"}, {"drain", "10s"}}});
+  J vms = J::array();
+  for (int i = 0; i < 3; ++i) {
+    vms.push_back(VmJ(fmt::format("m{}", i), "gpu-a", {0}, "1g.10gb", i, "stateless-inference", "g", false,
+                      Est(8000, 12000)));
+  }
+  vms.push_back(VmJ("d0", "gpu-a", {0}, "1g.10gb", 3, "stateless-inference", "g", false, Est(150000, 200000)));
+  vms.push_back(VmJ("r", "gpu-c", {0}, "1g.10gb", 0, "stateless-inference", "g"));
+  J hosts = J::array({MigHost("gpu-a", 1, "100Gbit", 3), MigHost("gpu-b", 1, "100Gbit", 3),
+                      MigHost("gpu-c", 1, "100Gbit", 3)});
+  Plan p = PlanOf(Inv(hosts, vms, groups), "gpu-a");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  EXPECT_EQ(ActionOf(p, "d0").action, Action::kDrainAndReplace);
+  std::vector<std::pair<int64_t, int64_t>> stuns;
+  for (const auto& a : p.actions) {
+    if (a.action == Action::kLiveMigrate) stuns.push_back({a.end_ms - a.predicted_stun_ms, a.end_ms});
+  }
+  ASSERT_EQ(stuns.size(), 3u);
+  for (size_t i = 0; i < stuns.size(); ++i) {
+    for (size_t j = i + 1; j < stuns.size(); ++j) {
+      bool overlap = stuns[i].first < stuns[j].second && stuns[j].first < stuns[i].second;
+      EXPECT_FALSE(overlap) << "stuns " << i << " and " << j << " overlap: the group would serve 3 < 4";
+    }
+  }
+}
+
+TEST(PlannerSchedule, DirectPipelinedNeverLongerThanBatched) {
+  // The scheduler alone: migrations whose time is 1 GB over their bandwidth, and a drain.
+  auto gb = [](double gbytes) {
+    return [gbytes](double bw) {
+      return Timed{static_cast<int64_t>(gbytes * 1e9 / bw * 1e3), static_cast<int64_t>(gbytes * 1e9 / bw * 50)};
+    };
+  };
+  std::vector<Job> jobs;
+  for (double size : {100.0, 10.0, 10.0, 10.0}) jobs.push_back({true, 0, static_cast<uint32_t>(1 + jobs.size() % 2), false, 1'000'000, gb(size)});
+  Job drain;
+  drain.migration = false;
+  drain.drain_ms = 5'000;
+  jobs.push_back(drain);
+  std::vector<HostLimit> hosts = {{2, 10e9}, {2, 10e9}, {2, 10e9}};
+  ScheduleResult r = Schedule(jobs, hosts, {});
+  EXPECT_LE(r.pipelined.total_ms, r.batched.total_ms);
+  EXPECT_EQ(r.pipelined.jobs[4].start_ms, 0);  // a drain starts at once
+  // Started at once beside the small ones, the 100 GB one gets half the link for
+  // 20 s; the batched order gives it the whole link (its batch-mate is the drain)
+  // and ends at 13 s, the floor (130 GB over 10 GB/s): the plan runs that.
+  EXPECT_EQ(r.pipelined.total_ms, 13'000);
+  EXPECT_TRUE(r.used_batched);
+  // At any moment the reserved shares fit the source link.
+  for (const auto& a : r.pipelined.jobs) {
+    double sum = 0;
+    for (size_t i = 0; i < 4; ++i) {
+      const auto& b = r.pipelined.jobs[i];
+      if (b.start_ms <= a.start_ms && a.start_ms < b.start_ms + b.t.duration_ms) sum += b.bandwidth_bytes_per_s;
+    }
+    EXPECT_LE(sum, 10e9);
+  }
+}
+
+TEST(PlannerSchedule, AMigrationThatNeedsTheWholeLinkWaitsForIt) {
+  // Stun 60% of the duration: 100 GB at 5 GB/s is a 12 s stun, over the 10 s
+  // limit; at the whole 10 GB/s link it is 6 s. The small ones never run beside it.
+  auto at = [](double gbytes) {
+    return [gbytes](double bw) {
+      int64_t ms = static_cast<int64_t>(gbytes * 1e9 / bw * 1e3);
+      return Timed{ms, ms * 6 / 10};
+    };
+  };
+  std::vector<Job> jobs = {{true, 0, 1, false, 10'000, at(100)}, {true, 0, 1, false, 10'000, at(5)},
+                           {true, 0, 1, false, 10'000, at(5)}};
+  ScheduleResult r = Schedule(jobs, {{2, 10e9}, {2, 10e9}}, {});
+  const auto& big = r.pipelined.jobs[0];
+  EXPECT_EQ(big.bandwidth_bytes_per_s, 10e9);
+  EXPECT_LE(big.t.stun_ms, 10'000);
+  for (size_t i = 1; i < 3; ++i) {
+    const auto& o = r.pipelined.jobs[i];
+    bool overlap = o.start_ms < big.start_ms + big.t.duration_ms && big.start_ms < o.start_ms + o.t.duration_ms;
+    EXPECT_FALSE(overlap) << i;
+  }
+}
+
+}  // namespace
+}  // namespace gpumigrate::planner::testing

@@ -1,0 +1,96 @@
+// Stun at the bandwidth a migration gets: the engine's own model re-run from the
+// measured profile, the estimate scaled by link / share, or a stop-and-copy of
+// the frame buffer; and what the plan says about it.
+#include "engine/planner/stun.h"
+#include "tests/unit/planner/planner_fixtures.h"
+
+namespace gpumigrate::planner::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A 40 GB device: 30 GB of static weights and a 10 GB KV cache whose dirty set
+// grows with the window, as `gpumigrate estimate --json` writes it.
+J ProfileEstimate() {
+  J regions = J::array();
+  regions.push_back({{"id", 0}, {"name", "weights"}, {"size_bytes", 30'000'000'000ull}, {"nonzero_fraction", 1.0},
+                     {"codec", "none"}, {"compression_ratio", 1.0},
+                     {"dirty_working_set", J::array()}});
+  regions.push_back({{"id", 1}, {"name", "kv"}, {"size_bytes", 10'000'000'000ull}, {"nonzero_fraction", 0.5},
+                     {"codec", "none"}, {"compression_ratio", 1.0},
+                     {"dirty_working_set", J::array({J{{"window_ms", 100}, {"low_bytes", 1e8}, {"mid_bytes", 2e8},
+                                                       {"high_bytes", 3e8}},
+                                                     J{{"window_ms", 1000}, {"low_bytes", 1e9}, {"mid_bytes", 2e9},
+                                                       {"high_bytes", 3e9}}})}});
+  return {{"decision", "live-migrate"}, {"predicted_stun_ms", 1234}, {"predicted_total_ms", 40000},
+          {"link", "100Gbit"}, {"fixed_cost_ms", 5.0}, {"device_state_bytes", 1'000'000},
+          {"downtime_target_ms", 300.0}, {"max_stun_ms", 100000.0}, {"regions", regions}};
+}
+
+Vm ParseOne(const J& estimate) {
+  J inv = Inv(J::array({MigHost("gpu-a", 1)}),
+              J::array({VmJ("v", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, estimate)}));
+  auto parsed = ParseInventory(inv.dump());
+  EXPECT_TRUE(parsed.ok()) << parsed.status().message();
+  return parsed.ok() ? parsed->vms[0] : Vm{};
+}
+
+TEST(PlannerStun, ProfileReRunsTheEnginesModelAtTheShare) {
+  Vm vm = ParseOne(ProfileEstimate());
+  ASSERT_TRUE(vm.estimate.profile.has_value());
+  StunAt full = PredictStunAt(vm, 12.5e9, 100s);
+  StunAt half = PredictStunAt(vm, 6.25e9, 100s);
+  EXPECT_EQ(full.basis, "profile");
+  // Model-derived, not the estimate's figures scaled: a slower link means longer
+  // rounds, a larger dirty set and so more than twice the stun.
+  EXPECT_GT(half.stun_ms, 2 * full.stun_ms);
+  EXPECT_GT(half.total_ms, 2 * full.total_ms * 0.99);
+  // The same as the estimator's model on the same profile.
+  ModelParams params = vm.estimate.params;
+  params.bandwidth_low = params.bandwidth_mid = params.bandwidth_high = 6.25e9;
+  params.max_stun = 100s;
+  ModelRun run = RunModel(*vm.estimate.profile, params, WorkingSetCurve::Bound::kMid, 6.25e9);
+  EXPECT_DOUBLE_EQ(half.stun_ms, run.stun_ms);
+}
+
+TEST(PlannerStun, WithoutAProfileTheEstimateScalesWithTheLink) {
+  Vm vm = ParseOne(Est(8000, 40000, "100Gbit"));
+  StunAt half = PredictStunAt(vm, 6.25e9, 100s);
+  EXPECT_EQ(half.basis, "scaled");
+  EXPECT_DOUBLE_EQ(half.stun_ms, 16000);
+  EXPECT_DOUBLE_EQ(half.total_ms, 80000);
+  // A faster link than the estimate's is not assumed to help.
+  StunAt fast = PredictStunAt(vm, 50e9, 100s);
+  EXPECT_DOUBLE_EQ(fast.stun_ms, 8000);
+  EXPECT_NE(BasisText(vm, half).find("scaled from the estimate at 100 Gbit"), std::string::npos);
+}
+
+TEST(PlannerStun, NoEstimateIsAStopAndCopy) {
+  Vm vm = ParseOne(nullptr);
+  StunAt s = PredictStunAt(vm, 12.5e9, 100s);
+  EXPECT_EQ(s.basis, "frame-buffer");
+  EXPECT_DOUBLE_EQ(s.stun_ms, 3200);
+  EXPECT_DOUBLE_EQ(s.total_ms, 3200);
+}
+
+TEST(PlannerStun, PlanSaysWhichBasisItUsed) {
+  J inv = Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1)}),
+              J::array({VmJ("p", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, ProfileEstimate())}));
+  Plan p = PlanOf(inv, "gpu-a");
+  const auto& a = ActionOf(p, "p");
+  EXPECT_EQ(a.action, Action::kLiveMigrate);
+  EXPECT_EQ(a.stun_basis, "profile");
+  EXPECT_NE(a.reason.find("re-predicted from the measured profile"), std::string::npos) << a.reason;
+}
+
+TEST(PlannerStun, Formats) {
+  EXPECT_EQ(Gbit(6.25e9), "50 Gbit");
+  EXPECT_EQ(Gbit(12.5e9), "100 Gbit");
+  EXPECT_EQ(Gbit(1e8), "800 Mbit");
+  EXPECT_EQ(Seconds(9100), "9.1 s");
+  EXPECT_EQ(Seconds(100000), "100 s");
+  EXPECT_EQ(Seconds(350), "350 ms");
+}
+
+}  // namespace
+}  // namespace gpumigrate::planner::testing
