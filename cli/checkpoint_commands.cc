@@ -1,5 +1,10 @@
 #include "cli/checkpoint_commands.h"
 
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
 #include <thread>
 
 #include <fmt/format.h>
@@ -28,6 +33,25 @@ int Usage(const char* cmd, const Status& s) {
 int FileError(const char* cmd, const Status& s) {
   fmt::print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
   return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// Progress of a verify or restore pass on stderr: a redrawn line on a
+// terminal, else a line at most every 2 seconds and at the end of each pass.
+std::function<void(std::string_view, uint64_t, uint64_t)> FileProgress(const char* cmd) {
+  struct State {
+    std::chrono::steady_clock::time_point last{};
+    bool tty = isatty(STDERR_FILENO) != 0;
+  };
+  auto st = std::make_shared<State>();
+  return [st, cmd](std::string_view pass, uint64_t done, uint64_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    const bool end = done >= total;
+    if (!end && !st->tty && now - st->last < std::chrono::seconds(2)) return;
+    st->last = now;
+    const double pct = total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
+    fmt::print(stderr, "{}{}: {} {:5.1f}% of {}{}", st->tty ? "\r" : "", cmd, pass, pct,
+               FormatBytes(static_cast<double>(total)), st->tty && !end ? "" : "\n");
+  };
 }
 
 Result<std::optional<FileKey>> LoadKey(const std::string& path) {
@@ -69,6 +93,7 @@ int RunVerifyOrInfo(const CheckpointFlags& f, bool verify) {
     RestoreOptions o;
     o.key = *key;
     o.base_paths = f.base_paths;
+    o.on_progress = FileProgress("checkpoint verify");
     info = VerifyCheckpoint(f.file, o);
   } else {
     info = ReadCheckpointInfo(f.file, *key);
@@ -212,6 +237,7 @@ int RunRestore(const RestoreFlags& f, const std::atomic<bool>& cancel) {
   o.base_paths = f.base_paths;
   o.session.cancel = &cancel;
   o.session.on_phase = WithCrashHook(nullptr);
+  o.on_progress = FileProgress("restore");
   MigrationReport r = RestoreCheckpoint(f.from, *dev, o);
   int rc = r.outcome == Outcome::kCompleted ? 0 : (r.status.code() == StatusCode::kInvalidArgument ? 2 : ExitCodeFor(r));
   std::optional<SimResumeCheck> check;

@@ -108,7 +108,7 @@ struct Replayed {
 };
 
 // Replays `chain` into `dev` through the destination session.
-Replayed Replay(Chain& chain, Device& dev, const DestinationOptions& options) {
+Replayed Replay(Chain& chain, Device& dev, const DestinationOptions& options, ckpt::Replayer::ProgressFn progress) {
   Replayed out;
   const v1::Manifest& m = chain[0]->manifest().session();
   auto [ctl_src, ctl_dst] = MakePipe("checkpoint control");
@@ -121,7 +121,7 @@ Replayed Replay(Chain& chain, Device& dev, const DestinationOptions& options) {
     src_data.push_back(std::move(a));
     dst_data.push_back(std::move(b));
   }
-  ckpt::Replayer replayer(&chain, src);
+  ckpt::Replayer replayer(&chain, src, std::move(progress));
   replayer.Start();
   DestinationOptions o = options;
   o.aes_key.reset();
@@ -191,7 +191,9 @@ Result<VerifiedChain> VerifyChain(const std::string& path, const RestoreOptions&
   v.chain_id = chain.back()->header().chain_id;
   v.depth = static_cast<uint32_t>(chain.size() - 1);
   ckpt::NullDevice null(chain[0]->manifest().session().device(), RegionsOf(chain[0]->manifest().session()));
-  Replayed r = Replay(chain, null, options.session);
+  ckpt::Replayer::ProgressFn progress;
+  if (options.on_progress) progress = [&](uint64_t d, uint64_t t) { options.on_progress("verify", d, t); };
+  Replayed r = Replay(chain, null, options.session, progress);
   if (!r.ok()) return r.report.status.ok() ? Corrupt(fmt::format("{}: refused", path)) : r.report.status;
   v.info.verified = true;
   v.info.records = r.footer.records() + 1;
@@ -360,7 +362,9 @@ MigrationReport RestoreCheckpoint(const std::string& path, Device& device, const
   if (!verified.ok()) return refuse(verified.status(), "the file was refused; nothing was written to the device");
   auto chain = OpenChain(path, options.key, options.base_paths);
   if (!chain.ok()) return refuse(chain.status(), "nothing was written to the device");
-  Replayed r = Replay(*chain, device, options.session);
+  ckpt::Replayer::ProgressFn progress;
+  if (options.on_progress) progress = [&](uint64_t d, uint64_t t) { options.on_progress("restore", d, t); };
+  Replayed r = Replay(*chain, device, options.session, progress);
   return r.report;
 }
 

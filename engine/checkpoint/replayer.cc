@@ -45,7 +45,9 @@ Status Replayer::Replay() {
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, manifest));
   GM_RETURN_IF_ERROR(Await(v1::Envelope::kReady, "Ready"));
   v1::Envelope prepare;
+  for (const auto& f : *chain_) total_bytes_ += f->file_bytes();
   for (size_t i = 0; i < chain_->size(); ++i) GM_RETURN_IF_ERROR(File(i, i + 1 == chain_->size(), &prepare));
+  if (progress_) progress_(total_bytes_, total_bytes_);
   // Every file checked to its footer: now the destination may verify and run.
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, prepare));
   GM_RETURN_IF_ERROR(Await(v1::Envelope::kPrepared, "Prepared"));
@@ -70,6 +72,11 @@ Status Replayer::File(size_t index, bool last, v1::Envelope* prepare) {
     GM_ASSIGN_OR_RETURN(std::optional<Record> rec, f.Next());
     if (!rec) break;
     auto bad = [&](std::string why) { return Corrupt(fmt::format("{}: {}", f.Where(rec->number, rec->offset), why)); };
+    done_bytes_ += kRecordHeaderBytes + rec->body.size() + (rec->kind == RecordKind::kFrame ? 0 : kTagBytes);
+    if (progress_ && done_bytes_ - reported_ >= (uint64_t{64} << 20)) {
+      reported_ = done_bytes_;
+      progress_(done_bytes_, total_bytes_);
+    }
     if (have_prepare && rec->kind != RecordKind::kIndex && rec->kind != RecordKind::kFooter) {
       return bad(fmt::format("a {} record after the Prepare", RecordKindName(rec->kind)));
     }

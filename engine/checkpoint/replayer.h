@@ -9,6 +9,7 @@
 // restore; the destination discards what it applied.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,8 +25,9 @@ namespace gpumigrate::ckpt {
 class Replayer {
  public:
   // `chain` root first; all files of one chain (ReadChain checks that).
-  Replayer(std::vector<std::unique_ptr<FileReader>>* chain, const SessionStreams& streams)
-      : chain_(chain), streams_(streams) {}
+  using ProgressFn = std::function<void(uint64_t done_bytes, uint64_t total_bytes)>;
+  Replayer(std::vector<std::unique_ptr<FileReader>>* chain, const SessionStreams& streams, ProgressFn progress = {})
+      : chain_(chain), streams_(streams), progress_(std::move(progress)) {}
   ~Replayer() { (void)Join(); }
 
   void Start() { thread_ = std::thread([this] { failure_ = Run(); }); }
@@ -49,6 +51,8 @@ class Replayer {
 
   std::vector<std::unique_ptr<FileReader>>* chain_;
   SessionStreams streams_;
+  ProgressFn progress_;
+  uint64_t done_bytes_ = 0, total_bytes_ = 0, reported_ = 0;
   std::thread thread_;
   Status failure_;
   wire::v1::CheckpointFooter footer_;

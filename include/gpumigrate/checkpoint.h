@@ -23,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -94,6 +95,9 @@ struct RestoreOptions {
   std::optional<FileKey> key;
   // Where to find the base of an incremental file; empty: the path it recorded.
   std::vector<std::string> base_paths;
+  // Called as the files are read, about every 64 MiB and at the end of each
+  // pass ("verify", then "restore"), with bytes read of all the chain's files.
+  std::function<void(std::string_view pass, uint64_t done_bytes, uint64_t total_bytes)> on_progress;
 };
 
 // Checks everything a restore would (records, frames, digests, device state, the
