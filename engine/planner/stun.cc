@@ -31,7 +31,9 @@ StunAt PredictStunAt(const Vm& vm, double bw, std::chrono::nanoseconds max_stun)
     out.total_ms = std::max(run.total_ms, run.stun_ms);
   } else if (e.present) {
     out.basis = "scaled";
-    double f = std::max(1.0, e.link_bytes_per_s / bw);
+    // Both ways: the estimate's figures are all transfer time at estimate.link
+    // (they carry no separate fixed cost), so they scale with the bandwidth.
+    double f = e.link_bytes_per_s / bw;
     out.stun_ms = e.stun_ms * f;
     out.total_ms = e.total_ms * f;
   } else {

@@ -5,7 +5,8 @@
 //                 bandwidth, capped by the source's pipeline, with each region's
 //                 codec ratio re-derived for it (min(ratio, speed / bandwidth))
 //   scaled        only the estimate's figures: scale them by estimate.link / bandwidth
-//                 (never below the estimate: a faster link may not be usable)
+//                 (both ways: the estimate carries no fixed cost apart from its
+//                 transfer, so all of it is treated as transfer and scaled)
 //   frame-buffer  no estimate: stop-and-copy of the whole frame buffer
 // Pure.
 #pragma once

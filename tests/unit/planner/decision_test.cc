@@ -119,6 +119,21 @@ TEST(PlannerDecision, AStunThatFitsOnlyTheSourcesLinkIsBlockedNamingTheTarget) {
   EXPECT_TRUE(Has(t.reason, "240 s > 100 s even with the link alone (25 Gbit from gpu-a to gpu-b")) << t.reason;
 }
 
+TEST(PlannerDecision, AnEstimateFromASlowerLinkScalesDownOnAFasterOne) {
+  // Review case i18: 200 s measured at 25 Gbit is 50 s on 100 Gbit links.
+  J inv = Inv(J::array({HostJ("src", {"H100-80GB/passthrough"}), HostJ("b", {"H100-80GB/passthrough"})}),
+              J::array({VmJ("f", "src", {0}, "passthrough", nullptr, "training", nullptr, false,
+                            Est(200000, 400000, "25Gbit"))}));
+  Plan p = PlanOf(inv, "src");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  const auto& f = ActionOf(p, "f");
+  EXPECT_EQ(f.action, Action::kLiveMigrate);
+  EXPECT_EQ(f.predicted_stun_ms, 50000);
+  EXPECT_EQ(f.end_ms - f.start_ms, 100000);
+  EXPECT_TRUE(Has(f.reason, "predicted stun 50 s at 100 Gbit")) << f.reason;
+  EXPECT_TRUE(Has(f.reason, "scaled from the estimate at 25 Gbit")) << f.reason;
+}
+
 TEST(PlannerDecision, PerVmMaxStunOverridesThePolicy) {
   J inv = TwoHosts(J::array({VmJ("t", "gpu-a", {0}, "3g.40gb", 0, "training", nullptr, false, Est(20000, 60000))}));
   EXPECT_EQ(ActionOf(PlanOf(inv, "gpu-a"), "t").action, Action::kLiveMigrate);
