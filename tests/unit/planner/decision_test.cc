@@ -116,7 +116,13 @@ TEST(PlannerDecision, AStunThatFitsOnlyTheSourcesLinkIsBlockedNamingTheTarget) {
   EXPECT_EQ(t.action, Action::kBlocked);
   EXPECT_FALSE(t.to.has_value());
   EXPECT_EQ(t.predicted_stun_ms, 240000);
-  EXPECT_TRUE(Has(t.reason, "240 s > 100 s even with the link alone (25 Gbit from gpu-a to gpu-b")) << t.reason;
+  // gpu-b is no target for it at all (its slot could serve another VM), and the
+  // reason says why: the link, not room.
+  EXPECT_TRUE(Has(t.reason, "no target with a link fast enough for its stun")) << t.reason;
+  EXPECT_TRUE(Has(t.reason, "predicted stun > 100 s even with the link alone on gpu-b (240 s at 25 Gbit)"))
+      << t.reason;
+  EXPECT_FALSE(Has(t.reason, "best target with room")) << t.reason;
+  EXPECT_FALSE(Has(p.reason, "capacity shortfall")) << p.reason;
 }
 
 TEST(PlannerDecision, AnEstimateFromASlowerLinkScalesDownOnAFasterOne) {
