@@ -229,8 +229,8 @@ class Planner {
           double drain_ms = Ms(g.replica_start) + Ms(g.drain);
           if (!migratable) {
             Drain(w, vm.uvm ? UvmText(vm) + ", so it cannot be live-migrated"
-                            : fmt::format("predicted stun {} > {} even with the {} link alone ({})",
-                                          Seconds(w.at_alone.stun_ms), Seconds(w.max_stun_ms),
+                            : fmt::format("predicted stun {} even with the {} link alone ({})",
+                                          StunOver(CeilMs(w.at_alone.stun_ms), w.max_stun_ms),
                                           Gbit(AloneBandwidth(w)), BasisText(vm, w.at_alone)));
           } else if (!stun_keeps_group) {
             Drain(w, fmt::format("its {} live-migration stun would leave group {} with {} serving, below {}",
@@ -265,10 +265,10 @@ class Planner {
         }
         if (!vm.uvm) {  // the stun fits the source's link, not the target's
           const Host& t = inv_.hosts[w.slot->host];
-          Block(w, fmt::format("predicted stun {} > {} even with the link alone ({} from {} to {}, the best target "
+          Block(w, fmt::format("predicted stun {} even with the link alone ({} from {} to {}, the best target "
                                "with room; {}), and it is not a stateless-inference replica that could be drained "
                                "instead (class {}{})",
-                               Seconds(w.at_alone.stun_ms), Seconds(w.max_stun_ms), Gbit(AloneBandwidth(w)),
+                               StunOver(CeilMs(w.at_alone.stun_ms), w.max_stun_ms), Gbit(AloneBandwidth(w)),
                                source().name, t.name, BasisText(vm, w.at_alone), ClassName(vm.vm_class),
                                w.group >= 0 ? "" : ", no group"));
           continue;
@@ -329,9 +329,9 @@ class Planner {
     if (w.placement_failed) return Block(w, no_slot);
     StunAt at = PredictStunAt(vm, source().link_bytes_per_s, w.max_stun);
     w.at_alone = at;
-    Block(w, fmt::format("predicted stun {} > {} even with the {} link alone ({}), and it is not a "
+    Block(w, fmt::format("predicted stun {} even with the {} link alone ({}), and it is not a "
                          "stateless-inference replica that could be drained instead (class {}{})",
-                         Seconds(at.stun_ms), Seconds(w.max_stun_ms), Gbit(source().link_bytes_per_s),
+                         StunOver(CeilMs(at.stun_ms), w.max_stun_ms), Gbit(source().link_bytes_per_s),
                          BasisText(vm, at), ClassName(vm.vm_class), w.group >= 0 ? "" : ", no group"));
   }
 
@@ -402,6 +402,7 @@ class Planner {
       w.bw = jt.bandwidth_bytes_per_s;
       w.shared_with = jt.shared_with;
       w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
+      w.at.stun_ms = static_cast<double>(jt.t.stun_ms);  // the text says what the JSON does
     }
 
     Plan plan;

@@ -55,8 +55,14 @@ std::string Gbit(double bytes_per_s) {
 std::string Seconds(double ms) {
   if (ms < 1000) return fmt::format("{:.0f} ms", ms);
   double s = ms / 1e3;
-  if (s >= 100 || std::fabs(s - std::round(s)) < 0.05) return fmt::format("{:.0f} s", s);
+  if (std::fabs(s - std::round(s)) < 0.05) return fmt::format("{:.0f} s", s);
   return fmt::format("{:.1f} s", s);
+}
+
+std::string StunOver(double ms, double max_ms) {
+  std::string a = Seconds(ms), b = Seconds(max_ms);
+  for (int digits = 2; a == b && digits <= 3; ++digits) a = fmt::format("{:.{}f} s", ms / 1e3, digits);
+  return fmt::format("{} > {}", a, b);
 }
 
 std::string BasisText(const Vm& vm, const StunAt& s) {

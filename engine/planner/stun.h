@@ -32,7 +32,9 @@ std::string BasisText(const Vm& vm, const StunAt& s);
 
 // "50 Gbit", "12.5 Gbit", "800 Mbit".
 std::string Gbit(double bytes_per_s);
-// "9.1 s", "100 s", "350 ms".
+// "9.1 s", "100 s", "150.4 s", "350 ms".
 std::string Seconds(double ms);
+// "140 s > 100 s": with as many decimals as it takes for the two to differ.
+std::string StunOver(double ms, double max_ms);
 
 }  // namespace gpumigrate::planner

@@ -92,6 +92,11 @@ TEST(PlannerStun, Formats) {
   EXPECT_EQ(Seconds(9100), "9.1 s");
   EXPECT_EQ(Seconds(100000), "100 s");
   EXPECT_EQ(Seconds(350), "350 ms");
+  // Above 100 s too the text keeps the tenth the JSON's milliseconds carry, and
+  // a comparison never reads "100 s > 100 s".
+  EXPECT_EQ(Seconds(150400), "150.4 s");
+  EXPECT_EQ(StunOver(100040, 100000), "100.04 s > 100 s");
+  EXPECT_EQ(StunOver(140000, 100000), "140 s > 100 s");
 }
 
 }  // namespace
