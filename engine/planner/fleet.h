@@ -31,6 +31,10 @@ struct SlotNeed {
   uint64_t vgpu_bytes = 0;          // kVgpu
   uint32_t gpus = 1;                // kVgpu, kPassthrough: GPUs on one host
   std::string group;                // for spreading replicas
+  // Per host of the inventory: whether the VM may take a slot there (its stun at
+  // that host's link, alone on it, is within its max stun). Empty: every target.
+  std::vector<uint8_t> target_ok;
+  bool TargetOk(uint32_t host) const { return target_ok.empty() || target_ok[host]; }
   std::string Describe() const;     // "H100-80GB GPU with a free 3g.40gb start slice" (no article)
 };
 

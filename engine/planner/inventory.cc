@@ -223,20 +223,19 @@ Result<Vm> ParseVm(const Json& v, const std::string& path, const Inventory& inv,
     }
     if (*size > model.memory_bytes) {
       return KeyError(ppath, fmt::format("'{}' is larger than a {} ({})", vm.profile, model.name,
-                                         FormatBytes(static_cast<double>(model.memory_bytes))));
+                                         DecimalGB(model.memory_bytes)));
     }
     vm.bytes_per_gpu = *size;
     for (uint32_t idx : vm.gpus) {
       Held& h = held[{vm.host, idx}];
       if (h.vgpus > 0 && h.vgpu_size != *size) {
-        return KeyError(ppath, fmt::format("{} GPU {} already holds vGPUs of {} bytes: every vGPU on a time-sliced "
+        return KeyError(ppath, fmt::format("{} GPU {} already holds vGPUs of {}: every vGPU on a time-sliced "
                                            "GPU has the same size",
-                                           vm.host, idx, h.vgpu_size));
+                                           vm.host, idx, DecimalGB(h.vgpu_size)));
       }
       if ((h.vgpus + 1) * *size > model.memory_bytes) {
         return KeyError(ppath, fmt::format("{} GPU {} would hold {} vGPUs of {}: more than its {}", vm.host, idx,
-                                           h.vgpus + 1, FormatBytes(static_cast<double>(*size)),
-                                           FormatBytes(static_cast<double>(model.memory_bytes))));
+                                           h.vgpus + 1, DecimalGB(*size), DecimalGB(model.memory_bytes)));
       }
       h.vgpu_size = *size;
       ++h.vgpus;

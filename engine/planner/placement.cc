@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <string>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -19,7 +20,7 @@ using Score = std::array<int64_t, 14>;
 struct Candidate {
   Slot slot;
   Score score;
-  std::array<uint64_t, 4> key;  // equivalence class of the state it leaves
+  std::array<uint64_t, 5> key;  // equivalence class of the state it leaves
 };
 
 uint64_t ModelId(const GpuModel* m) { return reinterpret_cast<uintptr_t>(m); }
@@ -34,6 +35,17 @@ class Search {
     multi_vgpu_ = std::any_of(needs.begin(), needs.end(),
                               [](const SlotNeed& n) { return n.kind == SlotKind::kVgpu && n.gpus > 1; });
     cur_.resize(needs.size());
+    // Hosts that some needs may use and others not (a link too slow for one VM's
+    // stun) are not interchangeable: a host's class is the set of needs that
+    // may use it, and it is part of every equivalence key.
+    const size_t nhosts = fleet.inventory().hosts.size();
+    std::map<std::string, uint64_t> classes;
+    host_class_.assign(nhosts, 0);
+    for (uint32_t h = 0; h < nhosts; ++h) {
+      std::string sig(needs.size(), '0');
+      for (size_t i = 0; i < needs.size(); ++i) sig[i] = needs[i].TargetOk(h) ? '1' : '0';
+      host_class_[h] = classes.emplace(std::move(sig), classes.size()).first->second;
+    }
   }
 
   PlacementResult Run() {
@@ -70,7 +82,7 @@ class Search {
   }
 
   // Keeps `c` if it is the best of its equivalence class so far.
-  static void Offer(std::map<std::array<uint64_t, 4>, Candidate>& best, const std::array<uint64_t, 4>& key,
+  static void Offer(std::map<std::array<uint64_t, 5>, Candidate>& best, const std::array<uint64_t, 5>& key,
                     const Score& score, const std::function<Slot()>& slot) {
     auto it = best.find(key);
     if (it == best.end()) {
@@ -83,11 +95,13 @@ class Search {
   // The candidate slots for `n`, one per equivalence class (the best-scored
   // one: scores are unique, they end in host, GPU and slice), best first.
   std::vector<Candidate> Candidates(const SlotNeed& n) {
-    std::map<std::array<uint64_t, 4>, Candidate> best;
+    std::map<std::array<uint64_t, 5>, Candidate> best;
     const auto& hosts = fleet_.inventory().hosts;
     for (uint32_t h : fleet_.targets()) {
+      if (!n.TargetOk(h)) continue;
       const uint32_t ngpu = static_cast<uint32_t>(hosts[h].gpus.size());
       evaluations_ += ngpu;
+      const uint64_t hc = host_class_[h];
       const Score base = BaseScore(n, h);
       if (n.kind == SlotKind::kMig) {
         for (uint32_t pos = 0; pos < ngpu; ++pos) {
@@ -101,7 +115,7 @@ class Search {
             for (size_t p = 0; p < after.size() && p < 6; ++p) score[1 + p] = before[p] - after[p];
             score[11] = pos;
             score[12] = s;
-            Offer(best, {ModelId(n.model), g.mask, g.instances, s}, score, [&] { return Slot{h, {pos}, s}; });
+            Offer(best, {ModelId(n.model), g.mask, g.instances, s, hc}, score, [&] { return Slot{h, {pos}, s}; });
           }
         }
       } else if (n.kind == SlotKind::kVgpu) {
@@ -122,7 +136,7 @@ class Search {
         const GpuState& g = fleet_.gpu(h, slot.gpu_pos.front());
         score[2] = -static_cast<int64_t>(g.vgpus);
         score[11] = slot.gpu_pos.front();
-        Offer(best, {ModelId(n.model), g.vgpu_size, g.vgpus, (multi_vgpu_ || n.gpus > 1) ? h + 1ull : 0}, score,
+        Offer(best, {ModelId(n.model), g.vgpu_size, g.vgpus, (multi_vgpu_ || n.gpus > 1) ? h + 1ull : 0, hc}, score,
               [&] { return slot; });
       } else {
         std::vector<uint32_t> free;
@@ -132,7 +146,7 @@ class Search {
         if (free.size() < n.gpus) continue;
         Score score = base;
         score[1] = static_cast<int64_t>(free.size() - n.gpus);  // best fit: keep large blocks for large VMs
-        Offer(best, {ModelId(n.model), free.size(), 0, 0}, score,
+        Offer(best, {ModelId(n.model), free.size(), 0, 0, hc}, score,
               [&] { return Slot{h, {free.begin(), free.begin() + n.gpus}, std::nullopt}; });
       }
     }
@@ -211,6 +225,7 @@ class Search {
   const std::vector<SlotNeed>& needs_;
   uint64_t budget_;
   std::vector<size_t> order_;
+  std::vector<uint64_t> host_class_;
   bool multi_vgpu_ = false;
   std::vector<std::optional<Slot>> cur_, best_;
   int64_t best_placed_ = -1;
@@ -225,61 +240,108 @@ PlacementResult Place(Fleet& fleet, const std::vector<SlotNeed>& needs, uint64_t
   return Search(fleet, needs, budget).Run();
 }
 
+namespace {
+
+// "b gpu 0, b gpu 1, c gpu 0 and 3 more"
+std::string ListSome(const std::vector<std::string>& items, size_t most = 4) {
+  if (items.size() <= most) return fmt::format("{}", fmt::join(items, ", "));
+  return fmt::format("{} and {} more", fmt::join(items.begin(), items.begin() + static_cast<long>(most), ", "),
+                     items.size() - most);
+}
+
+std::string Slices(uint8_t mask) {
+  std::vector<uint32_t> s;
+  for (uint32_t i = 0; i < 8; ++i) {
+    if (mask & (1u << i)) s.push_back(i);
+  }
+  return fmt::format("{}", fmt::join(s, " "));
+}
+
+}  // namespace
+
 std::string ShortfallText(const Fleet& fleet, const SlotNeed& need) {
   const auto& hosts = fleet.inventory().hosts;
-  uint32_t same_model = 0, free_slices = 0, stranded = 0, full7 = 0;
-  std::vector<std::string> names;
+  uint32_t same_model = 0;
+  std::vector<std::string> names, taken, full7, vgpu_size, vgpu_full;
+  const bool mig = need.kind == SlotKind::kMig;
+  uint32_t too_slow = 0;
   for (uint32_t h : fleet.targets()) {
+    if (!need.TargetOk(h)) {
+      ++too_slow;
+      continue;
+    }
     names.push_back(hosts[h].name);
     for (uint32_t pos = 0; pos < hosts[h].gpus.size(); ++pos) {
-      const Gpu& info = fleet.gpu_info(h, pos);
-      if (info.model != need.model->name) continue;
-      if ((need.kind == SlotKind::kMig) != (info.mode == GpuMode::kMig)) continue;
-      if ((need.kind == SlotKind::kVgpu) != (info.mode == GpuMode::kVgpu)) continue;
+      if (!fleet.SameKind(need, h, pos)) continue;
       ++same_model;
-      if (need.kind == SlotKind::kMig) {
-        const GpuState& g = fleet.gpu(h, pos);
-        uint32_t free = 8 - static_cast<uint32_t>(__builtin_popcount(g.mask));
-        free_slices += free;
+      const GpuState& g = fleet.gpu(h, pos);
+      std::string gpu = fmt::format("{} gpu {}", hosts[h].name, fleet.gpu_info(h, pos).index);
+      if (mig) {
         if (g.instances >= need.model->mig_max_instances) {
-          ++full7;
+          full7.push_back(gpu);
         } else {
-          uint8_t usable = 0;
-          for (const MigProfile& p : need.model->mig_profiles) {
-            for (uint32_t s = 0; s < 8; ++s) {
-              if (p.ValidStart(s) && (g.mask & p.Mask(s)) == 0) usable = static_cast<uint8_t>(usable | p.Mask(s));
-            }
-          }
-          stranded += free - static_cast<uint32_t>(__builtin_popcount(usable));
+          taken.push_back(fmt::format("{} (slices {} in use)", gpu, Slices(g.mask)));
+        }
+      } else if (need.kind == SlotKind::kVgpu && g.vgpus > 0) {
+        if (g.vgpu_size != need.vgpu_bytes) {
+          vgpu_size.push_back(fmt::format("{} holds {} vGPUs", gpu, DecimalGB(g.vgpu_size)));
+        } else {
+          vgpu_full.push_back(fmt::format("{} ({} x {})", gpu, g.vgpus, DecimalGB(g.vgpu_size)));
         }
       }
     }
   }
-  std::string where;
-  if (names.empty()) {
-    std::vector<std::string> maintenance;
-    for (const Host& h : hosts) {
-      if (h.maintenance) maintenance.push_back(h.name);
-    }
-    where = maintenance.empty()
-                ? std::string("there is no target host (the inventory has no other host)")
-                : fmt::format("there is no target host (the others are in maintenance: {})", fmt::join(maintenance, ", "));
-  } else {
-    where = fmt::format("on the targets ({})", fmt::join(names, ", "));
+  // Hosts left out as targets because they are in maintenance, where the model is.
+  std::vector<std::string> maintenance;
+  for (const Host& h : hosts) {
+    if (!h.maintenance) continue;
+    bool has = std::any_of(h.gpus.begin(), h.gpus.end(), [&](const Gpu& g) { return g.model == need.model->name; });
+    if (has) maintenance.push_back(h.name);
   }
-  if (names.empty()) return fmt::format("no slot for it: {}", where);
-  std::string mode = need.kind == SlotKind::kMig ? "mig" : need.kind == SlotKind::kVgpu ? "vgpu" : "passthrough";
+  std::string skipped = maintenance.empty()
+                            ? ""
+                            : fmt::format("; {} {} {} GPUs but {} in maintenance, so not a target",
+                                          fmt::join(maintenance, ", "), maintenance.size() == 1 ? "has" : "have",
+                                          need.model->name, maintenance.size() == 1 ? "is" : "are");
+  if (names.empty() && too_slow > 0) return "no target with a link fast enough for its stun";
+  if (names.empty()) {
+    return fmt::format("no slot for it: there is no target host{}{}",
+                       maintenance.empty() ? " (the inventory has no other host)" : "", skipped);
+  }
+  const std::string where = fmt::format("on the targets{} ({})", too_slow ? " where its stun fits" : "",
+                                        fmt::join(names, ", "));
+  std::string mode = mig ? "mig" : need.kind == SlotKind::kVgpu ? "vgpu" : "passthrough";
   if (same_model == 0) {
-    return fmt::format("no {} GPU in {} mode {}: a VM's device state only loads on the same model", need.model->name,
-                       mode, where);
+    return fmt::format("no {} GPU in {} mode {}: a VM's device state only loads on the same model{}",
+                       need.model->name, mode, where, skipped);
   }
   std::string detail;
-  if (need.kind == SlotKind::kMig) {
-    detail = fmt::format(" ({} free slices on {} {} MIG GPUs, {} of them stranded by fragmentation{})", free_slices,
-                         same_model, need.model->name, stranded,
-                         full7 ? fmt::format(", {} GPUs at the 7-instance limit", full7) : "");
+  if (mig) {
+    std::vector<uint32_t> starts;
+    for (uint32_t st = 0; st < 8; ++st) {
+      if (need.mig->ValidStart(st)) starts.push_back(st);
+    }
+    std::vector<std::string> parts;
+    if (!taken.empty()) {
+      parts.push_back(fmt::format("{} starts only at slice{} {}; taken on {}", need.mig->name,
+                                  starts.size() == 1 ? "" : "s", fmt::join(starts, " "), ListSome(taken)));
+    }
+    if (!full7.empty()) {
+      parts.push_back(fmt::format("at the {}-instance limit: {}", need.model->mig_max_instances, ListSome(full7)));
+    }
+    detail = fmt::format(": {}", fmt::join(parts, "; "));
+  } else if (need.kind == SlotKind::kVgpu) {
+    std::vector<std::string> parts;
+    if (!vgpu_size.empty()) {
+      parts.push_back(fmt::format("every vGPU on one GPU has the same size, and {}", ListSome(vgpu_size)));
+    }
+    if (!vgpu_full.empty()) {
+      parts.push_back(fmt::format("no room left within {} on {}", DecimalGB(need.model->memory_bytes),
+                                  ListSome(vgpu_full)));
+    }
+    if (!parts.empty()) detail = fmt::format(": {}", fmt::join(parts, "; "));
   }
-  return fmt::format("no {} {} once the others are placed{}", need.Describe(), where, detail);
+  return fmt::format("no {} {} once the others are placed{}{}", need.Describe(), where, detail, skipped);
 }
 
 }  // namespace gpumigrate::planner

@@ -12,6 +12,10 @@
 // evaluations; past the budget it keeps the best assignment found (always at
 // least the greedy first descent) and says so.
 //
+// A need with target_ok set (a VM that can only live-migrate) is offered only
+// the targets whose link keeps its stun within its max stun; hosts that differ
+// in which needs may use them are never treated as equivalent.
+//
 // "Best first": replicas of one group spread across hosts; then least
 // fragmentation (the MIG capacity lost for each profile, largest first: keep 7g
 // and 4g/3g starts placeable; for vGPU, fill GPUs of the same size before opening

@@ -51,6 +51,8 @@ struct Work {
   int32_t need = -1;
   std::optional<Slot> slot;
   bool placement_failed = false;
+  bool link_short = false;  // some targets were ruled out for it by their link
+  bool link_only = false;   // all of them were: not a capacity shortfall
   Action action = Action::kBlocked;
   StunAt at, at_alone;
   double bw = 0;
@@ -135,6 +137,10 @@ class Planner {
       if (!w.wants_slot) continue;
       w.need = static_cast<int32_t>(needs_.size());
       needs_.push_back(NeedOf(inv_, *w.vm));
+      // A VM that can only live-migrate may take a slot only where its stun, at
+      // that target's link alone, fits: elsewhere the slot is of no use to it
+      // and may be the one another VM needed. (A replica may still drain.)
+      if (!w.replica) needs_.back().target_ok = LinkOk(w);
     }
     PlacementResult r = Place(fleet_, needs_, opts_.search_budget);
     search_exact_ = r.exact;
@@ -144,6 +150,36 @@ class Planner {
       w.slot = r.slots.empty() ? std::nullopt : r.slots[w.need];
       w.placement_failed = !w.slot;
     }
+  }
+
+  // Per host: whether w's stun at min(source link, that host's link), the most
+  // a migration to it can get, is within w's max stun.
+  std::vector<uint8_t> LinkOk(const Work& w) const {
+    std::vector<uint8_t> ok(inv_.hosts.size(), 0);
+    for (uint32_t h : fleet_.targets()) ok[h] = StunAlone(w, h).stun_ms <= w.max_stun_ms ? 1 : 0;
+    return ok;
+  }
+
+  StunAt StunAlone(const Work& w, uint32_t h) const {
+    return PredictStunAt(*w.vm, std::min(source().link_bytes_per_s, inv_.hosts[h].link_bytes_per_s), w.max_stun);
+  }
+
+  // The targets with w's model that its stun rules out: "slow (120 s at 25 Gbit)".
+  // Leaves in w.at_alone the stun on the fastest of them.
+  std::vector<std::string> TooSlow(Work& w) const {
+    std::vector<std::string> out;
+    const SlotNeed& n = needs_[w.need];
+    for (uint32_t h : fleet_.targets()) {
+      if (n.TargetOk(h)) continue;
+      const Host& t = inv_.hosts[h];
+      bool has_model = std::any_of(t.gpus.begin(), t.gpus.end(), [&](const Gpu& g) { return g.model == n.model->name; });
+      if (!has_model) continue;
+      StunAt at = StunAlone(w, h);
+      if (w.at_alone.basis.empty() || at.stun_ms < w.at_alone.stun_ms) w.at_alone = at;
+      out.push_back(fmt::format("{} ({} at {})", t.name, Seconds(at.stun_ms),
+                                Gbit(std::min(source().link_bytes_per_s, t.link_bytes_per_s))));
+    }
+    return out;
   }
 
   // Migrations (as far as known) touching host h, for the link share.
@@ -193,8 +229,8 @@ class Planner {
           double drain_ms = Ms(g.replica_start) + Ms(g.drain);
           if (!migratable) {
             Drain(w, vm.uvm ? UvmText(vm) + ", so it cannot be live-migrated"
-                            : fmt::format("predicted stun {} > {} even with the {} link alone ({})",
-                                          Seconds(w.at_alone.stun_ms), Seconds(w.max_stun_ms),
+                            : fmt::format("predicted stun {} even with the {} link alone ({})",
+                                          StunOver(CeilMs(w.at_alone.stun_ms), w.max_stun_ms),
                                           Gbit(AloneBandwidth(w)), BasisText(vm, w.at_alone)));
           } else if (!stun_keeps_group) {
             Drain(w, fmt::format("its {} live-migration stun would leave group {} with {} serving, below {}",
@@ -229,10 +265,10 @@ class Planner {
         }
         if (!vm.uvm) {  // the stun fits the source's link, not the target's
           const Host& t = inv_.hosts[w.slot->host];
-          Block(w, fmt::format("predicted stun {} > {} even with the link alone ({} from {} to {}, the best target "
+          Block(w, fmt::format("predicted stun {} even with the link alone ({} from {} to {}, the best target "
                                "with room; {}), and it is not a stateless-inference replica that could be drained "
                                "instead (class {}{})",
-                               Seconds(w.at_alone.stun_ms), Seconds(w.max_stun_ms), Gbit(AloneBandwidth(w)),
+                               StunOver(CeilMs(w.at_alone.stun_ms), w.max_stun_ms), Gbit(AloneBandwidth(w)),
                                source().name, t.name, BasisText(vm, w.at_alone), ClassName(vm.vm_class),
                                w.group >= 0 ? "" : ", no group"));
           continue;
@@ -261,6 +297,19 @@ class Planner {
   void NoSlot(Work& w) {
     const Vm& vm = *w.vm;
     std::string no_slot = w.placement_failed ? ShortfallText(fleet_, needs_[w.need]) : "";
+    if (w.placement_failed) {
+      std::vector<std::string> slow = TooSlow(w);
+      if (!slow.empty()) {
+        w.link_short = true;
+        const SlotNeed& n = needs_[w.need];
+        w.link_only = std::none_of(fleet_.targets().begin(), fleet_.targets().end(),
+                                   [&](uint32_t h) { return n.TargetOk(h); });
+        no_slot = fmt::format("{}; predicted stun > {} even with the link alone on {} ({}), and it is not a "
+                              "stateless-inference replica that could be drained instead (class {}{})",
+                              no_slot, Seconds(w.max_stun_ms), fmt::join(slow, ", "), BasisText(vm, w.at_alone),
+                              ClassName(vm.vm_class), w.group >= 0 ? "" : ", no group");
+      }
+    }
     if (vm.uvm) {
       std::string why = UvmText(vm) + ", which cannot be live-migrated";
       if (w.replica && w.placement_failed) why += fmt::format("; no slot for a replacement replica: {}", no_slot);
@@ -280,9 +329,9 @@ class Planner {
     if (w.placement_failed) return Block(w, no_slot);
     StunAt at = PredictStunAt(vm, source().link_bytes_per_s, w.max_stun);
     w.at_alone = at;
-    Block(w, fmt::format("predicted stun {} > {} even with the {} link alone ({}), and it is not a "
+    Block(w, fmt::format("predicted stun {} even with the {} link alone ({}), and it is not a "
                          "stateless-inference replica that could be drained instead (class {}{})",
-                         Seconds(at.stun_ms), Seconds(w.max_stun_ms), Gbit(source().link_bytes_per_s),
+                         StunOver(CeilMs(at.stun_ms), w.max_stun_ms), Gbit(source().link_bytes_per_s),
                          BasisText(vm, at), ClassName(vm.vm_class), w.group >= 0 ? "" : ", no group"));
   }
 
@@ -353,6 +402,7 @@ class Planner {
       w.bw = jt.bandwidth_bytes_per_s;
       w.shared_with = jt.shared_with;
       w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
+      w.at.stun_ms = static_cast<double>(jt.t.stun_ms);  // the text says what the JSON does
     }
 
     Plan plan;
@@ -407,7 +457,7 @@ class Planner {
           a.predicted_stun_ms = w.at_alone.basis.empty() ? 0 : CeilMs(w.at_alone.stun_ms);
           a.reason = w.why;
           blocked.push_back(fmt::format("{}: {}", a.vm, w.why));
-          if (w.placement_failed && !w.vm->uvm) short_of.push_back(fmt::format("{} ({})", a.vm, w.vm->profile));
+          if (w.placement_failed && !w.vm->uvm && !w.link_only) short_of.push_back(fmt::format("{} ({})", a.vm, w.vm->profile));
           break;
       }
       plan.actions.push_back(std::move(a));

@@ -119,26 +119,36 @@ class Pipeline {
     for (uint32_t h : {j.source, j.target}) {
       if (!idle && (alone_[h] || busy_[h] >= hosts_[h].max_migrations || (j.alone && busy_[h] > 0))) return false;
     }
-    auto free = [&](uint32_t h) { return hosts_[h].link_bytes_per_s - reserved_[h]; };
-    // The shares it could take, smallest first: the link over the migrations that
-    // can still run on it, then over fewer, down to the whole link.
-    uint32_t ks = std::max<uint32_t>(1, std::min(s.max_migrations, left_[j.source]));
-    uint32_t kd = std::max<uint32_t>(1, std::min({d.max_migrations, s.max_migrations, left_[j.target]}));
+    auto free = [&](uint32_t h) {
+      return idle ? hosts_[h].link_bytes_per_s : hosts_[h].link_bytes_per_s - reserved_[h];
+    };
+    // The shares it could take, smallest first: what is free of each link divided
+    // among the migrations that may still start on it now (its free migration
+    // slots, no more than remain to run), then among fewer, down to all that is
+    // free. Dividing what is free, not the whole link, gives migrations that
+    // start at one instant equal shares, so the last of them is not left a sliver
+    // below the floor and made to wait while a slot is free.
+    auto slots = [&](uint32_t h, uint32_t limit) {
+      uint32_t open = limit > busy_[h] ? limit - busy_[h] : 1;
+      return std::max<uint32_t>(1, std::min(open, left_[h]));
+    };
+    uint32_t ks = slots(j.source, s.max_migrations);
+    uint32_t kd = slots(j.target, std::min(d.max_migrations, s.max_migrations));
     uint32_t k = j.alone ? 1 : std::max(ks, kd);
     // Never below the share every migration gets when the links are fully used.
     double floor = std::min(s.link_bytes_per_s / s.max_migrations,
                             d.link_bytes_per_s / std::min(d.max_migrations, s.max_migrations));
-    double avail = idle ? INFINITY : std::min(free(j.source), free(j.target));
     uint32_t others = std::max(busy_[j.source], busy_[j.target]);
     for (uint32_t m = k; m >= 1; --m) {
       uint32_t ms = std::min(ks, m), md = std::min(kd, m);
-      double fair = std::min(s.link_bytes_per_s / ms, d.link_bytes_per_s / md);
-      double bw = std::min(fair, avail);
-      if (bw < floor * (1 - 1e-12) || (j.alone && bw < fair)) return false;
+      double bw = std::min(free(j.source) / ms, free(j.target) / md);
+      if (bw < floor * (1 - 1e-12) && m > 1) continue;  // what is free, split fewer ways
+      if (bw < floor * (1 - 1e-12) || (j.alone && bw < std::min(s.link_bytes_per_s, d.link_bytes_per_s))) {
+        return false;
+      }
       Timed t = timer_.At(i, bw);
-      bool capped = bw < fair;
-      if (t.stun_ms > j.max_stun_ms && m > 1 && !capped) continue;  // needs a larger share
-      if (t.stun_ms > j.max_stun_ms && !idle) return false;          // wait for more of the link
+      if (t.stun_ms > j.max_stun_ms && m > 1) continue;  // needs a larger share
+      if (t.stun_ms > j.max_stun_ms && !idle) return false;  // wait for more of the link
       JobTiming jt{now, t, bw, std::max({ms - 1, md - 1, others})};
       if (j.group >= 0 && !idle && !GroupAllows(windows_[j.group], StunWindow(jt), groups_[j.group])) return false;
       out = jt;

@@ -6,8 +6,9 @@
 // max_migrations migrations touch a host at once (as source or target); a
 // migration that starts reserves its share of both links for its whole run and
 // is predicted at that share (never more than what is free, so a link is never
-// oversubscribed): the link divided among the migrations that can still run on
-// it (at most max_migrations), or a larger share when its stun only fits so; a
+// oversubscribed): what is free of the link divided among the migrations that
+// may still start on it (its free max_migrations slots, no more than remain),
+// or a larger share when its stun only fits so; a
 // migration that cannot share the link with even one other runs with no other
 // migration on its source or target. The stun windows of one replica group's
 // members never overlap so much that fewer than min_serving serve. Drains use no

@@ -31,7 +31,9 @@ StunAt PredictStunAt(const Vm& vm, double bw, std::chrono::nanoseconds max_stun)
     out.total_ms = std::max(run.total_ms, run.stun_ms);
   } else if (e.present) {
     out.basis = "scaled";
-    double f = std::max(1.0, e.link_bytes_per_s / bw);
+    // Both ways: the estimate's figures are all transfer time at estimate.link
+    // (they carry no separate fixed cost), so they scale with the bandwidth.
+    double f = e.link_bytes_per_s / bw;
     out.stun_ms = e.stun_ms * f;
     out.total_ms = e.total_ms * f;
   } else {
@@ -53,8 +55,14 @@ std::string Gbit(double bytes_per_s) {
 std::string Seconds(double ms) {
   if (ms < 1000) return fmt::format("{:.0f} ms", ms);
   double s = ms / 1e3;
-  if (s >= 100 || std::fabs(s - std::round(s)) < 0.05) return fmt::format("{:.0f} s", s);
+  if (std::fabs(s - std::round(s)) < 0.05) return fmt::format("{:.0f} s", s);
   return fmt::format("{:.1f} s", s);
+}
+
+std::string StunOver(double ms, double max_ms) {
+  std::string a = Seconds(ms), b = Seconds(max_ms);
+  for (int digits = 2; a == b && digits <= 3; ++digits) a = fmt::format("{:.{}f} s", ms / 1e3, digits);
+  return fmt::format("{} > {}", a, b);
 }
 
 std::string BasisText(const Vm& vm, const StunAt& s) {

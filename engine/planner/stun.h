@@ -5,7 +5,8 @@
 //                 bandwidth, capped by the source's pipeline, with each region's
 //                 codec ratio re-derived for it (min(ratio, speed / bandwidth))
 //   scaled        only the estimate's figures: scale them by estimate.link / bandwidth
-//                 (never below the estimate: a faster link may not be usable)
+//                 (both ways: the estimate carries no fixed cost apart from its
+//                 transfer, so all of it is treated as transfer and scaled)
 //   frame-buffer  no estimate: stop-and-copy of the whole frame buffer
 // Pure.
 #pragma once
@@ -31,7 +32,9 @@ std::string BasisText(const Vm& vm, const StunAt& s);
 
 // "50 Gbit", "12.5 Gbit", "800 Mbit".
 std::string Gbit(double bytes_per_s);
-// "9.1 s", "100 s", "350 ms".
+// "9.1 s", "100 s", "150.4 s", "350 ms".
 std::string Seconds(double ms);
+// "140 s > 100 s": with as many decimals as it takes for the two to differ.
+std::string StunOver(double ms, double max_ms);
 
 }  // namespace gpumigrate::planner

@@ -34,6 +34,15 @@ cmp -s "$tmp/j2" "$data/example.power-off.plan.json"; check "--json output is th
 "$bin" plan --inventory "$data/capacity.json" --evacuate gpu-a --json >"$tmp/j3" 2>/dev/null; check "capacity refusal exits 1" 1 $?
 json_check "$tmp/j3" '"capacity shortfall" in r["reason"]' "capacity reason"
 
+# Link-aware placement (review case i13): the VM whose stun fits only the fast
+# target gets it whichever order the inventory lists the VMs in; exit 0 both ways.
+python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["vms"].reverse(); print(json.dumps(j))' \
+  "$data/linkplace.json" >"$tmp/linkplace-rev.json"
+for inv in "$data/linkplace.json" "$tmp/linkplace-rev.json"; do
+  "$bin" plan --inventory "$inv" --evacuate src --json >"$tmp/j6" 2>/dev/null; check "link placement exits 0 ($(basename "$inv"))" 0 $?
+  json_check "$tmp/j6" '{a["vm"]: a["to"]["host"] for a in r["actions"]} == {"easy": "slow", "hard": "fast"}' "hard VM on the fast target"
+done
+
 # Usage and malformed inventories: exit 2 with the key path.
 "$bin" plan --inventory "$data/example.json" --evacuate gpu-z >/dev/null 2>"$tmp/e4"; check "unknown host exits 2" 2 $?
 contains "unknown host named" "$tmp/e4" "no host 'gpu-z'"

@@ -116,7 +116,28 @@ TEST(PlannerDecision, AStunThatFitsOnlyTheSourcesLinkIsBlockedNamingTheTarget) {
   EXPECT_EQ(t.action, Action::kBlocked);
   EXPECT_FALSE(t.to.has_value());
   EXPECT_EQ(t.predicted_stun_ms, 240000);
-  EXPECT_TRUE(Has(t.reason, "240 s > 100 s even with the link alone (25 Gbit from gpu-a to gpu-b")) << t.reason;
+  // gpu-b is no target for it at all (its slot could serve another VM), and the
+  // reason says why: the link, not room.
+  EXPECT_TRUE(Has(t.reason, "no target with a link fast enough for its stun")) << t.reason;
+  EXPECT_TRUE(Has(t.reason, "predicted stun > 100 s even with the link alone on gpu-b (240 s at 25 Gbit)"))
+      << t.reason;
+  EXPECT_FALSE(Has(t.reason, "best target with room")) << t.reason;
+  EXPECT_FALSE(Has(p.reason, "capacity shortfall")) << p.reason;
+}
+
+TEST(PlannerDecision, AnEstimateFromASlowerLinkScalesDownOnAFasterOne) {
+  // Review case i18: 200 s measured at 25 Gbit is 50 s on 100 Gbit links.
+  J inv = Inv(J::array({HostJ("src", {"H100-80GB/passthrough"}), HostJ("b", {"H100-80GB/passthrough"})}),
+              J::array({VmJ("f", "src", {0}, "passthrough", nullptr, "training", nullptr, false,
+                            Est(200000, 400000, "25Gbit"))}));
+  Plan p = PlanOf(inv, "src");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  const auto& f = ActionOf(p, "f");
+  EXPECT_EQ(f.action, Action::kLiveMigrate);
+  EXPECT_EQ(f.predicted_stun_ms, 50000);
+  EXPECT_EQ(f.end_ms - f.start_ms, 100000);
+  EXPECT_TRUE(Has(f.reason, "predicted stun 50 s at 100 Gbit")) << f.reason;
+  EXPECT_TRUE(Has(f.reason, "scaled from the estimate at 25 Gbit")) << f.reason;
 }
 
 TEST(PlannerDecision, PerVmMaxStunOverridesThePolicy) {

@@ -96,17 +96,17 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"negative vgpu size", [](J& j) { j["vms"][2]["profile"] = "vgpu:-20GB"; }, "vms[2].profile",
             "positive size"},
         Bad{"vgpu too large", [](J& j) { j["vms"][2]["profile"] = "vgpu:100GB"; }, "vms[2].profile",
-            "larger than"},
+            "larger than a H100-80GB (80 GB)"},
         Bad{"mixed vgpu sizes",
             [](J& j) { j["vms"].push_back(VmJ("desk-2", "gpu-a", {1}, "vgpu:10GB", nullptr, "graphics")); },
-            "vms[4].profile", "same size"},
+            "vms[4].profile", "already holds vGPUs of 20 GB: every vGPU on a time-sliced GPU has the same size"},
         Bad{"vgpu over memory",
             [](J& j) {
               for (int i = 0; i < 4; ++i) {
                 j["vms"].push_back(VmJ(fmt::format("d{}", i), "gpu-a", {1}, "vgpu:20GB", nullptr, "graphics"));
               }
             },
-            "vms[7].profile", "more than"},
+            "vms[7].profile", "would hold 5 vGPUs of 20 GB: more than its 80 GB"},
         Bad{"eight MIG instances",
             [](J& j) {
               j["vms"] = J::array();

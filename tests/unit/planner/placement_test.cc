@@ -165,5 +165,82 @@ TEST(PlannerPlacement, ExactSearchFindsTheOnlyFullAssignment) {
   EXPECT_TRUE(p.search_exact);
 }
 
+// Review case i13: one VM's stun fits only the 100 Gbit target. Whatever order
+// the inventory lists the VMs in, it gets that target and the other one the
+// 25 Gbit one, and the evacuation is feasible.
+TEST(PlannerPlacement, AVmWhoseStunFitsOnlyTheFastLinkGetsItInEitherOrder) {
+  J hosts = J::array({HostJ("src", {"H100-80GB/passthrough", "H100-80GB/passthrough"}),
+                      HostJ("slow", {"H100-80GB/passthrough"}, "25Gbit"),
+                      HostJ("fast", {"H100-80GB/passthrough"}, "100Gbit")});
+  J easy = VmJ("easy", "src", {0}, "passthrough", nullptr, "training", nullptr, false, Est(4000, 20000));
+  J hard = VmJ("hard", "src", {1}, "passthrough", nullptr, "training", nullptr, false, Est(30000, 60000));
+  for (J vms : {J::array({easy, hard}), J::array({hard, easy})}) {
+    Plan p = PlanOf(Inv(hosts, vms), "src");
+    ASSERT_TRUE(p.feasible) << p.reason;
+    EXPECT_EQ(ActionOf(p, "hard").to->host, "fast");
+    EXPECT_EQ(ActionOf(p, "easy").to->host, "slow");
+    EXPECT_EQ(ActionOf(p, "hard").action, Action::kLiveMigrate);
+    EXPECT_EQ(ActionOf(p, "easy").action, Action::kLiveMigrate);
+  }
+}
+
+// Review cases i12 and i21: the same on MIG, and with more VMs than fast slots.
+TEST(PlannerPlacement, LinkSpeedDecidesPlacementOnMigAndWithManyVms) {
+  J hosts = J::array({MigHost("src", 1), MigHost("slow", 1, "25Gbit"), MigHost("fast", 1, "100Gbit")});
+  J vms = J::array({Small("so", "slow", {0}, "3g.40gb", 0), Small("fo", "fast", {0}, "3g.40gb", 0)});
+  J easy = VmJ("easy", "src", {0}, "3g.40gb", 0, "inference", nullptr, false, Est(4000, 20000));
+  J hard = VmJ("hard", "src", {0}, "3g.40gb", 4, "inference", nullptr, false, Est(30000, 60000));
+  for (J order : {J::array({easy, hard}), J::array({hard, easy})}) {
+    J all = vms;
+    for (const J& v : order) all.push_back(v);
+    Plan p = PlanOf(Inv(hosts, all), "src");
+    ASSERT_TRUE(p.feasible) << p.reason;
+    EXPECT_EQ(ActionOf(p, "hard").to->host, "fast");
+  }
+  // Four passthrough VMs, two fast and two slow slots; only the last needs a fast one.
+  J phosts = J::array(
+      {HostJ("src", std::vector<std::string>(4, "H100-80GB/passthrough"), "100Gbit", 4),
+       HostJ("slow", std::vector<std::string>(2, "H100-80GB/passthrough"), "25Gbit", 1),
+       HostJ("fast", std::vector<std::string>(2, "H100-80GB/passthrough"), "100Gbit", 1)});
+  J pvms = J::array();
+  for (int i = 0; i < 4; ++i) {
+    pvms.push_back(VmJ(fmt::format("p{}", i), "src", {i}, "passthrough", nullptr, "training", nullptr, false,
+                       i == 3 ? Est(30000, 60000) : Est(4000, 20000)));
+  }
+  Plan q = PlanOf(Inv(phosts, pvms), "src");
+  ASSERT_TRUE(q.feasible) << q.reason;
+  EXPECT_EQ(ActionOf(q, "p3").to->host, "fast");
+}
+
+// Review case i14: the only free slices of the target cannot hold a 4g.40gb,
+// whose one start (slice 0) is taken; the reason says so.
+TEST(PlannerPlacement, NoSlotReasonNamesTheTakenStart) {
+  J groups = J::array({J{{"name", "chat"}, {"min_serving", 1}, {"replica_start", "90s"}}});
+  J vms = J::array({VmJ("r1", "src", {0}, "4g.40gb", 0, "stateless-inference", "chat", false, Est(150000, 200000)),
+                    VmJ("bo", "b", {0}, "3g.40gb", 0, "stateless-inference", "chat")});
+  Plan p = PlanOf(Inv(J::array({MigHost("src", 1), MigHost("b", 1)}), vms, groups), "src");
+  const auto& r = ActionOf(p, "r1");
+  EXPECT_EQ(r.action, Action::kBlocked);
+  EXPECT_TRUE(Has(r.reason, "4g.40gb starts only at slice 0; taken on b gpu 0 (slices 0 1 2 3 in use)")) << r.reason;
+  EXPECT_FALSE(Has(r.reason, "stranded")) << r.reason;
+}
+
+// Review cases i3 and i5: a host in maintenance with the model, and a vGPU GPU
+// holding another size, are named when they are why no target was found.
+TEST(PlannerPlacement, NoSlotReasonNamesMaintenanceAndTheEqualSizeRule) {
+  J hosts = J::array({MigHost("src", 1), MigHost("maint", 1, "100Gbit", 2, true),
+                      MigHost("a100", 1, "100Gbit", 2, false, "A100-80GB")});
+  Plan p = PlanOf(Inv(hosts, J::array({Small("llm", "src", {0}, "3g.40gb", 0)})), "src");
+  EXPECT_TRUE(Has(ActionOf(p, "llm").reason, "maint has H100-80GB GPUs but is in maintenance, so not a target"))
+      << ActionOf(p, "llm").reason;
+
+  J vhosts = J::array({HostJ("src", {"H100-80GB/vgpu"}), HostJ("b", {"H100-80GB/vgpu"})});
+  J vvms = J::array({Small("v", "src", {0}, "vgpu:20GB", nullptr, "graphics"),
+                     Small("b1", "b", {0}, "vgpu:10GB", nullptr, "graphics")});
+  Plan q = PlanOf(Inv(vhosts, vvms), "src");
+  EXPECT_TRUE(Has(ActionOf(q, "v").reason, "every vGPU on one GPU has the same size, and b gpu 0 holds 10 GB vGPUs"))
+      << ActionOf(q, "v").reason;
+}
+
 }  // namespace
 }  // namespace gpumigrate::planner::testing

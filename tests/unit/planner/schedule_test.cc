@@ -179,5 +179,35 @@ TEST(PlannerSchedule, AMigrationThatNeedsTheWholeLinkWaitsForIt) {
   }
 }
 
+// Review cases i3b and i10: with slots free on every host and the link split
+// evenly among them, no migration waits (PLANNER.md: "Actions run as soon as
+// capacity allows"); before, the last to start got what the earlier ones left
+// of the link, below the floor, and waited for one of them to end.
+TEST(PlannerSchedule, MigrationsThatFitTogetherAllStartAtOnce) {
+  J hosts = J::array({HostJ("src", {"H100-80GB/vgpu"}, "100Gbit", 4), HostJ("b", {"H100-80GB/vgpu"}, "100Gbit", 4),
+                      HostJ("c", {"H100-80GB/vgpu", "H100-80GB/vgpu"}, "100Gbit", 4)});
+  J vms = J::array({VmJ("v1", "src", {0}, "vgpu:20GB", nullptr, "graphics", nullptr, false, Est(2000, 10000)),
+                    VmJ("v2", "src", {0}, "vgpu:20GB", nullptr, "graphics", nullptr, false, Est(2000, 10000)),
+                    VmJ("v3", "src", {0}, "vgpu:20GB", nullptr, "graphics")});
+  for (int i = 1; i <= 3; ++i) vms.push_back(VmJ(fmt::format("c{}", i), "c", {0}, "vgpu:20GB", nullptr, "graphics"));
+  vms.push_back(VmJ("c4", "c", {1}, "vgpu:40GB", nullptr, "graphics"));
+  Plan p = PlanOf(Inv(hosts, vms), "src");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  double on_src = 0;
+  for (const auto& a : p.actions) {
+    EXPECT_EQ(a.start_ms, 0) << a.vm;
+    on_src += a.bandwidth_bytes_per_s;
+  }
+  EXPECT_LE(on_src, 12.5e9 * (1 + 1e-9));
+
+  // Four estimate-less MIG VMs to two hosts, every limit 4: all start at 0.
+  J mig = J::array({MigHost("src", 2, "100Gbit", 4), MigHost("x", 1, "100Gbit", 4), MigHost("y", 1, "100Gbit", 4)});
+  J mvms = J::array({VmJ("s1", "src", {0}, "1g.10gb", 0), VmJ("s2", "src", {0}, "1g.10gb", 1),
+                     VmJ("m", "src", {0}, "2g.20gb", 2), VmJ("big", "src", {1}, "3g.40gb", 0)});
+  Plan q = PlanOf(Inv(mig, mvms), "src");
+  ASSERT_TRUE(q.feasible) << q.reason;
+  for (const auto& a : q.actions) EXPECT_EQ(a.start_ms, 0) << a.vm;
+}
+
 }  // namespace
 }  // namespace gpumigrate::planner::testing

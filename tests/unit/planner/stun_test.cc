@@ -59,9 +59,11 @@ TEST(PlannerStun, WithoutAProfileTheEstimateScalesWithTheLink) {
   EXPECT_EQ(half.basis, "scaled");
   EXPECT_DOUBLE_EQ(half.stun_ms, 16000);
   EXPECT_DOUBLE_EQ(half.total_ms, 80000);
-  // A faster link than the estimate's is not assumed to help.
+  // Both ways (PLANNER.md: "scaled from estimate.link"): four times the
+  // estimate's bandwidth is a quarter of its stun and time.
   StunAt fast = PredictStunAt(vm, 50e9, 100s);
-  EXPECT_DOUBLE_EQ(fast.stun_ms, 8000);
+  EXPECT_DOUBLE_EQ(fast.stun_ms, 2000);
+  EXPECT_DOUBLE_EQ(fast.total_ms, 10000);
   EXPECT_NE(BasisText(vm, half).find("scaled from the estimate at 100 Gbit"), std::string::npos);
 }
 
@@ -90,6 +92,11 @@ TEST(PlannerStun, Formats) {
   EXPECT_EQ(Seconds(9100), "9.1 s");
   EXPECT_EQ(Seconds(100000), "100 s");
   EXPECT_EQ(Seconds(350), "350 ms");
+  // Above 100 s too the text keeps the tenth the JSON's milliseconds carry, and
+  // a comparison never reads "100 s > 100 s".
+  EXPECT_EQ(Seconds(150400), "150.4 s");
+  EXPECT_EQ(StunOver(100040, 100000), "100.04 s > 100 s");
+  EXPECT_EQ(StunOver(140000, 100000), "140 s > 100 s");
 }
 
 }  // namespace
