@@ -35,7 +35,7 @@ json_check "$tmp/a.json" 'r["outcome"] == "completed" and r["verified"] and len(
 timeout 60 "$bin" checkpoint info "$tmp/a.ckpt" >"$tmp/info.out" 2>&1
 check "checkpoint info" 0 $?
 contains "checkpoint info: names the device" "$tmp/info.out" "device:     sim:size=64MiB"
-timeout 60 "$bin" checkpoint verify "$tmp/a.ckpt" --json >"$tmp/verify.json" 2>&1
+timeout 60 "$bin" checkpoint verify "$tmp/a.ckpt" --json >"$tmp/verify.json" 2>"$tmp/verify.err"
 check "checkpoint verify" 0 $?
 json_check "$tmp/verify.json" 'r["verified"] and r["frames"] > 0' "checkpoint verify: every record checked"
 timeout 60 "$bin" restore --from "$tmp/a.ckpt" --device "$dev" --run-after 300ms --json >"$tmp/r.json" 2>"$tmp/r.err"
@@ -74,7 +74,7 @@ timeout 120 "$bin" checkpoint --device "$dev" --to "$tmp/i.ckpt" --base "$tmp/a.
 check "incremental checkpoint" 0 $?
 json_check "$tmp/i.json" 'r["checkpoint"]["chain_depth"] == 1 and r["rounds"][0]["known_pages"] > 0' \
   "incremental: its first round skips pages the base holds"
-timeout 60 "$bin" restore --from "$tmp/i.ckpt" --device "$dev" --json >"$tmp/ir.json" 2>&1
+timeout 60 "$bin" restore --from "$tmp/i.ckpt" --device "$dev" --json >"$tmp/ir.json" 2>"$tmp/ir.err"
 check "restore through the chain" 0 $?
 
 # 5. A live process: checkpoint (then release), restore into a fresh process.
