@@ -78,19 +78,6 @@ timeout 60 "$bin" restore --from "$tmp/i.ckpt" --device "$dev" --json >"$tmp/ir.
 check "restore through the chain" 0 $?
 
 # 5. A live process: checkpoint (then release), restore into a fresh process.
-start_workload() {  # start_workload NAME ARGS...: sets $wpid and $tpid
-  local name=$1; shift
-  timeout 60 "$wl" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  tpid=$!
-  pids+=("$tpid")
-  wpid=
-  for _ in $(seq 200); do
-    wpid=$(sed -n 's/^ready pid=\([0-9]*\).*/\1/p' "$tmp/$name.out" 2>/dev/null)
-    [ -n "$wpid" ] && { pids+=("$wpid"); return 0; }
-    sleep 0.05
-  done
-  echo "FAIL: $name: workload did not start"; cat "$tmp/$name.err"; fail=1
-}
 start_workload p.src --size 32MiB --rate 40MB/s --dump-hashes "$tmp/p.src.hashes"
 spid=$wpid; stpid=$tpid
 timeout 120 "$bin" checkpoint --device "proc:$spid" --to "$tmp/p.ckpt" --then release --warmup 200ms --json \

@@ -22,3 +22,21 @@ if not eval(sys.argv[2]):
 print(f"ok: {sys.argv[3]}")
 PY
 }
+
+# start_workload NAME ARGS...: starts gpumigrate-workload ($wl) with ARGS, its
+# output in $tmp/NAME.out and .err; sets $wpid (the workload's own pid, from its
+# ready line) and $tpid (the `timeout` around it, to wait on) once it is ready,
+# and adds both to the caller's `pids` (killed by its exit trap).
+start_workload() {
+  local name=$1; shift
+  timeout 60 "$wl" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+  tpid=$!
+  pids+=("$tpid")
+  wpid=
+  for _ in $(seq 200); do
+    wpid=$(sed -n 's/^ready pid=\([0-9]*\).*/\1/p' "$tmp/$name.out" 2>/dev/null)
+    [ -n "$wpid" ] && { pids+=("$wpid"); return 0; }
+    sleep 0.05
+  done
+  echo "FAIL: $name: workload did not start"; cat "$tmp/$name.err"; fail=1
+}

@@ -17,21 +17,6 @@ trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' E
 fail=0
 source "$(dirname "$0")/lib.sh"
 
-# start_workload NAME ARGS...: sets $wpid (the workload's own pid, from its ready
-# line) and $tpid (the `timeout` around it, to wait on) once it is ready.
-start_workload() {
-  local name=$1; shift
-  timeout 60 "$wl" "$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
-  tpid=$!
-  pids+=("$tpid")
-  wpid=
-  for _ in $(seq 200); do
-    wpid=$(sed -n 's/^ready pid=\([0-9]*\).*/\1/p' "$tmp/$name.out" 2>/dev/null)
-    [ -n "$wpid" ] && { pids+=("$wpid"); return 0; }
-    sleep 0.05
-  done
-  echo "FAIL: $name: workload did not start"; cat "$tmp/$name.err"; fail=1
-}
 
 start_receiver() {  # start_receiver NAME DEVICE: sets $port and $rpid
   local name=$1 dev=$2
