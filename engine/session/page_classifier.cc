@@ -29,4 +29,29 @@ void PageClassifier::Classify(std::span<const std::byte> chunk, uint64_t page_si
   }
 }
 
+uint64_t AppendUnknownParts(const PageRun& run, std::span<const uint64_t> hashes, std::span<const uint64_t> held,
+                            uint64_t page_size, std::vector<PageRun>& out) {
+  uint64_t same = 0;
+  const uint64_t end = run.first_page + run.pages;
+  for (uint64_t k = run.first_page; k < end;) {
+    if (hashes[k] == held[k]) {
+      ++same;
+      ++k;
+      continue;
+    }
+    uint64_t j = k;
+    while (j < end && hashes[j] != held[j]) ++j;
+    PageRun part = run;
+    part.first_page = k;
+    part.pages = j - k;
+    part.offset_bytes = run.offset_bytes + (k - run.first_page) * page_size;
+    part.length_bytes =
+        std::min(run.offset_bytes + run.length_bytes, run.offset_bytes + (j - run.first_page) * page_size) -
+        part.offset_bytes;
+    out.push_back(part);
+    k = j;
+  }
+  return same;
+}
+
 }  // namespace gpumigrate

@@ -23,6 +23,13 @@ struct PageRun {
   bool zero = false;
 };
 
+// The parts of `run` (pages of a classified chunk) whose hash differs from what
+// the destination already holds, appended to `out` in order. `hashes[k]` and
+// `held[k]` are chunk page k's new hash and the destination's; returns how many
+// of the run's pages were equal (and so need not be sent).
+uint64_t AppendUnknownParts(const PageRun& run, std::span<const uint64_t> hashes, std::span<const uint64_t> held,
+                            uint64_t page_size, std::vector<PageRun>& out);
+
 class PageClassifier {
  public:
   // `chunk` is whole pages of `page_size` bytes, the last possibly short.

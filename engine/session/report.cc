@@ -127,4 +127,13 @@ std::string ReportToJson(const MigrationReport& r) {
   return j.dump();
 }
 
+std::string_view SourceFateName(SourceFate f) {
+  switch (f) {
+    case SourceFate::kRelease: return "release";
+    case SourceFate::kResume: return "resume";
+    case SourceFate::kStop: return "stop";
+  }
+  return "?";
+}
+
 }  // namespace gpumigrate

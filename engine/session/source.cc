@@ -108,8 +108,6 @@ class Source {
   Status Handshake();
   Status ChooseCodecs(const wire::v1::Hello& peer);
   Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
-  const std::vector<PageRun>& Unknown(size_t i, uint64_t first, const PageRun& run, const std::vector<uint64_t>& hashes,
-                                      bool skip_known, RoundReport& rr);
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
   Status SyncAll(uint64_t* dirty_bytes);
   Status SendDeviceState(uint32_t round, uint64_t* state_bytes);
@@ -256,38 +254,6 @@ void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t do
   opt_.on_progress(pr);
 }
 
-// The sub-runs of `run` (pages of the chunk at `first` of region `i`) to send:
-// all of it, or with `skip_known` only the pages whose hash differs from what
-// the destination holds (hashes_, not yet updated). Skipped pages are counted.
-const std::vector<PageRun>& Source::Unknown(size_t i, uint64_t first, const PageRun& run,
-                                            const std::vector<uint64_t>& hashes, bool skip_known, RoundReport& rr) {
-  unknown_.clear();
-  if (!skip_known) {
-    unknown_.push_back(run);
-    return unknown_;
-  }
-  const uint64_t ps = regions_[i].page_size;
-  const uint64_t end = run.first_page + run.pages;
-  for (uint64_t k = run.first_page; k < end;) {
-    if (hashes[k] == hashes_.Get(i, first + k)) {
-      if (run.zero) ++rr.zero_pages; else ++rr.known_pages;
-      ++k;
-      continue;
-    }
-    uint64_t j = k;
-    while (j < end && hashes[j] != hashes_.Get(i, first + j)) ++j;
-    PageRun part = run;
-    part.first_page = k;
-    part.pages = j - k;
-    part.offset_bytes = run.offset_bytes + (k - run.first_page) * ps;
-    part.length_bytes = std::min(run.offset_bytes + run.length_bytes, run.offset_bytes + (j - run.first_page) * ps) -
-                        part.offset_bytes;
-    unknown_.push_back(part);
-    k = j;
-  }
-  return unknown_;
-}
-
 // Sends every page marked in sets_ (and clears the marks). The first round
 // (`skip_known`) skips pages the destination already holds: zeros on a fresh
 // destination, or what an earlier part of the session sent (a continuation).
@@ -316,7 +282,15 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         pages.Classify(buf_, ps);
         for (const PageRun& whole : pages.runs()) {
           // The parts of the run the destination does not hold yet.
-          for (const PageRun& run : Unknown(i, p, whole, pages.hashes(), skip_known, rr)) {
+          unknown_.clear();
+          if (!skip_known) {
+            unknown_.push_back(whole);
+          } else {
+            const uint64_t same = AppendUnknownParts(whole, pages.hashes(),
+                                                     std::span<const uint64_t>(hashes_.All()[i]).subspan(p), ps, unknown_);
+            (whole.zero ? rr.zero_pages : rr.known_pages) += same;
+          }
+          for (const PageRun& run : unknown_) {
             if (run.zero) {
               rr.zero_pages += run.pages;
               GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
@@ -712,15 +686,6 @@ MigrationReport Source::Run() {
 }
 
 }  // namespace
-
-std::string_view SourceFateName(SourceFate f) {
-  switch (f) {
-    case SourceFate::kRelease: return "release";
-    case SourceFate::kResume: return "resume";
-    case SourceFate::kStop: return "stop";
-  }
-  return "?";
-}
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options) {
   Source s(device, streams, options);

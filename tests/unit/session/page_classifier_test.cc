@@ -76,3 +76,37 @@ TEST(PageClassifier, ReusedAcrossChunksAndEdgeCases) {
 
 }  // namespace
 }  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+// What a continued session sends of a run: only the pages whose hash differs
+// from what the destination holds, as exact sub-runs (a short tail included).
+TEST(PageClassifier, UnknownPartsAreThePagesTheDestinationDoesNotHold) {
+  auto chunk = Chunk("DDDDDD", 1000);
+  PageClassifier c;
+  c.Classify(chunk, kPage);
+  ASSERT_EQ(c.runs().size(), 1u);
+  std::vector<uint64_t> held = c.hashes();
+  held[2] ^= 1;  // the destination holds something else at pages 2, 3 and 5
+  held[3] ^= 1;
+  held[5] ^= 1;
+  std::vector<PageRun> out;
+  uint64_t same = AppendUnknownParts(c.runs()[0], c.hashes(), held, kPage, out);
+  EXPECT_EQ(same, 3u);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].first_page, 2u);
+  EXPECT_EQ(out[0].pages, 2u);
+  EXPECT_EQ(out[0].offset_bytes, 2 * kPage);
+  EXPECT_EQ(out[0].length_bytes, 2 * kPage);
+  EXPECT_EQ(out[1].first_page, 5u);
+  EXPECT_EQ(out[1].offset_bytes, 5 * kPage);
+  EXPECT_EQ(out[1].length_bytes, 1000u) << "the short tail page keeps its length";
+
+  out.clear();
+  EXPECT_EQ(AppendUnknownParts(c.runs()[0], c.hashes(), c.hashes(), kPage, out), 6u);
+  EXPECT_TRUE(out.empty()) << "everything held: nothing to send";
+}
+
+}  // namespace
+}  // namespace gpumigrate
