@@ -35,6 +35,11 @@ constexpr uint32_t kKnownFlags = kFlagEncrypted;
 // Limits checked before anything is allocated.
 constexpr uint64_t kMaxSealedRecordBytes = 32 << 20;  // manifest, control, index, footer
 constexpr uint64_t kMaxFramePayloadBytes = 64 << 20;  // as the destination session's
+// The geometry a manifest may claim, checked before a verify sizes its per-page
+// state by it (a restore is bounded by its device as well): 2^28 pages (1 TiB in
+// 4 KiB pages, 12 bytes of state each), pages of 512 B to 1 GiB, 4096 regions.
+constexpr uint64_t kMaxPages = uint64_t{1} << 28;
+constexpr uint32_t kMaxRegions = 4096;
 // The pseudo stream id sealed records use in the AEAD nonce (data streams count from 0).
 constexpr uint32_t kRecordStream = 0xFFFFFFFE;
 

@@ -60,6 +60,21 @@ Result<std::unique_ptr<FileReader>> FileReader::Open(const std::string& path, co
     return bad(fmt::format("frame payload limit {} is outside 1..{}", m.max_frame_payload_bytes(),
                            kMaxFramePayloadBytes));
   }
+  if (static_cast<uint64_t>(m.regions_size()) > kMaxRegions) return bad(fmt::format("{} regions", m.regions_size()));
+  uint64_t pages = 0;
+  for (const auto& reg : m.regions()) {
+    const uint32_t ps = reg.page_size();
+    if (ps < 512 || ps > (1u << 30) || (ps & (ps - 1)) != 0) {
+      return bad(fmt::format("region {} has a page size of {} bytes", reg.name(), ps));
+    }
+    if (reg.size_bytes() == 0 || reg.size_bytes() / ps > kMaxPages) {
+      return bad(fmt::format("region {} claims {} bytes", reg.name(), reg.size_bytes()));
+    }
+    pages += (reg.size_bytes() + ps - 1) / ps;
+  }
+  if (pages > kMaxPages) {
+    return bad(fmt::format("{} pages in all, more than the {} a checkpoint may hold", pages, kMaxPages));
+  }
   if (m.session_id() != r->header_.chain_id) return bad("its session id is not the header's chain id");
   const auto want_cipher = r->header_.encrypted() ? v1::CIPHER_AES_256_GCM : v1::CIPHER_NONE_INTEGRITY_ONLY;
   if (m.cipher() != want_cipher) return bad("its cipher does not match the header's encryption flag");

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "checkpoint.pb.h"
 #include "engine/checkpoint/file_format.h"
 #include "gpumigrate/checkpoint.h"
 #include "gpumigrate/sim.h"
@@ -222,6 +223,46 @@ TEST_F(DamageTest, ARefusedFileWritesNothingToTheDevice) {
           << "region " << reg.name << " was written";
     }
   }
+}
+
+}  // namespace
+}  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+// A forged manifest (a plain file's tags are keyed by ids in its own header, so
+// anyone can write one) claiming a device of 2^50 bytes: verify must refuse it
+// before sizing any per-page state by it.
+TEST_F(DamageTest, AManifestClaimingAHugeDeviceIsRefusedBeforeAllocating) {
+  ckpt::FileHeader h;
+  h.file_id = 11;
+  h.chain_id = 22;
+  auto keys = ckpt::DeriveFileKeys(h, std::nullopt);
+  ASSERT_TRUE(keys.ok());
+  wire::v1::CheckpointManifest m;
+  auto* s = m.mutable_session();
+  s->set_session_id(22);
+  s->set_data_streams(1);
+  s->set_cipher(wire::v1::CIPHER_NONE_INTEGRITY_ONLY);
+  s->set_max_frame_payload_bytes(1 << 20);
+  auto* r = s->add_regions();
+  r->set_id(0);
+  r->set_name("huge");
+  r->set_size_bytes(uint64_t{1} << 50);
+  r->set_page_size(4096);
+  r->set_hint(wire::v1::REGION_HINT_STATIC);
+  std::string body = m.SerializeAsString();
+  ckpt::RecordSealer sealer(keys->records);
+  auto rec = sealer.Seal(ckpt::RecordKind::kManifest, 0, std::as_bytes(std::span(body.data(), body.size())));
+  ASSERT_TRUE(rec.ok());
+  auto hb = ckpt::EncodeFileHeader(h);
+  Bytes file(reinterpret_cast<const char*>(hb.data()), hb.size());
+  file.append(reinterpret_cast<const char*>(rec->data()), rec->size());
+  std::string err = Verify(file, "huge.ckpt");
+  ASSERT_NE(err, "");
+  EXPECT_NE(err.find("claims"), std::string::npos) << err;
+  EXPECT_NE(err.find("record 0 at byte 64"), std::string::npos) << err;
 }
 
 }  // namespace
