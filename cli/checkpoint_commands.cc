@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/crash_hook.h"
+#include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
@@ -24,14 +25,14 @@ namespace gpumigrate::cli {
 namespace {
 
 int Usage(const char* cmd, const Status& s) {
-  fmt::print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
+  Print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
   return 2;
 }
 
 // A file refused (damaged, wrong chain) is exit 1; a wrong or missing key, a
 // missing file or a device that does not fit is a configuration error, exit 2.
 int FileError(const char* cmd, const Status& s) {
-  fmt::print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
+  Print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
   return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
 }
 
@@ -49,7 +50,7 @@ std::function<void(std::string_view, uint64_t, uint64_t)> FileProgress(const cha
     if (!end && !st->tty && now - st->last < std::chrono::seconds(2)) return;
     st->last = now;
     const double pct = total ? 100.0 * static_cast<double>(done) / static_cast<double>(total) : 100.0;
-    fmt::print(stderr, "{}{}: {} {:5.1f}% of {}{}", st->tty ? "\r" : "", cmd, pass, pct,
+    Print(stderr, "{}{}: {} {:5.1f}% of {}{}", st->tty ? "\r" : "", cmd, pass, pct,
                FormatBytes(static_cast<double>(total)), st->tty && !end ? "" : "\n");
   };
 }
@@ -61,26 +62,26 @@ Result<std::optional<FileKey>> LoadKey(const std::string& path) {
 }
 
 void PrintInfo(const CheckpointInfo& info) {
-  fmt::print("checkpoint {}: format {}.{}, {}, {}\n", info.path, info.version_major, info.version_minor,
+  Print("checkpoint {}: format {}.{}, {}, {}\n", info.path, info.version_major, info.version_minor,
              FormatBytes(static_cast<double>(info.file_bytes)),
              info.encrypted ? "encrypted (AES-256-GCM)" : "not encrypted (integrity tags only)");
   if (!info.manifest_read) {
-    fmt::print("  manifest:   sealed; give --key-file to read it\n");
+    Print("  manifest:   sealed; give --key-file to read it\n");
     return;
   }
-  fmt::print("  device:     {}\n", info.device);
+  Print("  device:     {}\n", info.device);
   for (const auto& r : info.regions) {
-    fmt::print("  region:     {} ({}, {}-byte pages, {})\n", r.name, FormatBytes(static_cast<double>(r.size_bytes)),
+    Print("  region:     {} ({}, {}-byte pages, {})\n", r.name, FormatBytes(static_cast<double>(r.size_bytes)),
                r.page_size, RegionHintName(r.hint));
   }
-  fmt::print("  taken:      {}, source then {}\n", info.live ? "live (pre-copied while running)" : "stop-and-copy",
+  Print("  taken:      {}, source then {}\n", info.live ? "live (pre-copied while running)" : "stop-and-copy",
              info.source_fate);
-  if (!info.base.empty()) fmt::print("  base:       {} (file {:016x})\n", info.base, info.base_file_id);
+  if (!info.base.empty()) Print("  base:       {} (file {:016x})\n", info.base, info.base_file_id);
   if (info.verified) {
-    fmt::print("  verified:   {} records, {} frames, final round {}, device state {} bytes; every tag, digest and "
+    Print("  verified:   {} records, {} frames, final round {}, device state {} bytes; every tag, digest and "
                "the device state checked\n",
                info.records, info.frames, info.final_round, info.device_state_bytes);
-    if (info.chain.size() > 1) fmt::print("  chain:      {}\n", fmt::join(info.chain, " <- "));
+    if (info.chain.size() > 1) Print("  chain:      {}\n", fmt::join(info.chain, " <- "));
   }
 }
 
@@ -104,12 +105,12 @@ int RunVerifyOrInfo(const CheckpointFlags& f, bool verify) {
       j["path"] = f.file;
       j["verified"] = false;
       j["error"] = info.status().message();
-      fmt::print("{}\n", j.dump());
+      Print("{}\n", j.dump());
     }
     return FileError(cmd, info.status());
   }
   if (f.json) {
-    fmt::print("{}\n", CheckpointInfoToJson(*info));
+    Print("{}\n", CheckpointInfoToJson(*info));
   } else {
     PrintInfo(*info);
   }
@@ -202,16 +203,16 @@ int RunCheckpoint(CheckpointFlags& f, const std::atomic<bool>& cancel) {
   CheckpointReport r = WriteCheckpoint(*dev, f.to, co);
   progress.Finish();
   const MigrationReport& m = r.migration;
-  if (!m.source_cleanup.ok()) fmt::print(stderr, "gpumigrate checkpoint: afterwards: {}\n", m.source_cleanup.message());
+  if (!m.source_cleanup.ok()) Print(stderr, "gpumigrate checkpoint: afterwards: {}\n", m.source_cleanup.message());
   if (f.json) {
-    fmt::print("{}\n", CheckpointReportToJson(r));
+    Print("{}\n", CheckpointReportToJson(r));
   } else {
     PrintReport(stdout, "gpumigrate checkpoint", m);
     if (m.outcome == Outcome::kCompleted) {
-      fmt::print("  file:       {}: {}, {} records, {}{}\n", r.path, FormatBytes(static_cast<double>(r.file_bytes)),
+      Print("  file:       {}: {}, {} records, {}{}\n", r.path, FormatBytes(static_cast<double>(r.file_bytes)),
                  r.records, r.encrypted ? "encrypted" : "not encrypted",
                  r.base.empty() ? "" : fmt::format(", incremental over {} (chain depth {})", r.base, r.chain_depth));
-      fmt::print("  source:     {}\n", r.fate == "resume"    ? "running on"
+      Print("  source:     {}\n", r.fate == "resume"    ? "running on"
                                        : r.fate == "stop" ? "stopped, state intact (gpumigrate resume to run it)"
                                                           : "stopped and released");
     }
@@ -231,7 +232,7 @@ int RunRestore(const RestoreFlags& f, const std::atomic<bool>& cancel) {
   auto opened = OpenDevice(f.device, false);
   if (!opened.ok()) return Usage("restore", opened.status());
   Device* dev = opened->device.get();
-  fmt::print(stderr, "restore: verifying {}, then restoring it onto {}\n", f.from, dev->Describe());
+  Print(stderr, "restore: verifying {}, then restoring it onto {}\n", f.from, dev->Describe());
   RestoreOptions o;
   o.key = *key;
   o.base_paths = f.base_paths;
@@ -249,15 +250,15 @@ int RunRestore(const RestoreFlags& f, const std::atomic<bool>& cancel) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));
     j["from"] = f.from;
     if (check) j["destination"] = nlohmann::ordered_json::parse(check->ToJson());
-    fmt::print("{}\n", j.dump());
+    Print("{}\n", j.dump());
   } else {
-    fmt::print("gpumigrate restore: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
-    if (!r.status.ok()) fmt::print("  error:      {}\n", r.status.message());
-    if (!r.resolution.empty()) fmt::print("  resolution: {}\n", r.resolution);
-    fmt::print("  restored:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
-    if (check) fmt::print("{}\n", check->ToLine());
+    Print("gpumigrate restore: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
+    if (!r.status.ok()) Print("  error:      {}\n", r.status.message());
+    if (!r.resolution.empty()) Print("  resolution: {}\n", r.resolution);
+    Print("  restored:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
+    if (check) Print("{}\n", check->ToLine());
     if (r.outcome == Outcome::kCompleted && opened->proc != nullptr) {
-      fmt::print("  destination: process {} adopted the memory and runs on\n", opened->proc->pid());
+      Print("  destination: process {} adopted the memory and runs on\n", opened->proc->pid());
     }
   }
   return rc;

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "cli/print.h"
+
 namespace gpumigrate::cli {
 
 std::function<void(Phase, uint32_t)> WithCrashHook(std::function<void(Phase, uint32_t)> next) {
@@ -24,7 +26,7 @@ std::function<void(Phase, uint32_t)> WithCrashHook(std::function<void(Phase, uin
   return [next = std::move(next), phase, round](Phase p, uint32_t r) {
     if (next) next(p, r);
     if (PhaseName(p) == phase && (!round || *round == r)) {
-      fmt::print(stderr, "GPUMIGRATE_TEST_CRASH_AT: killing this process at {} (round {})\n", phase, r);
+      Print(stderr, "GPUMIGRATE_TEST_CRASH_AT: killing this process at {} (round {})\n", phase, r);
       std::fflush(stderr);
       std::raise(SIGKILL);
     }

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/estimate_command.h"
+#include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
@@ -49,7 +50,7 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& f) {
 namespace {
 
 int UsageError(const Status& s) {
-  fmt::print(stderr, "gpumigrate demo: {}\n", s.message());
+  Print(stderr, "gpumigrate demo: {}\n", s.message());
   return 2;
 }
 
@@ -125,7 +126,7 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
     progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));
     auto er = EstimateForProbe(source, *eo, opt.source, SystemClock());
     if (!er.ok()) {
-      fmt::print(stderr, "gpumigrate demo: {}\n", er.status().message());
+      Print(stderr, "gpumigrate demo: {}\n", er.status().message());
       return 1;
     }
     estimate = std::move(er).value();
@@ -151,7 +152,7 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
 
   PrintDemo(f, res.source, estimate, security, source_kernels_during, check);
   if (res.source.outcome != Outcome::kCompleted && res.destination.outcome != Outcome::kAborted) {
-    fmt::print(stderr, "destination: {} ({})\n", OutcomeName(res.destination.outcome),
+    Print(stderr, "destination: {} ({})\n", OutcomeName(res.destination.outcome),
                res.destination.status.message());
   }
   return estimate ? (res.source.status.ok() ? 0 : ExitCodeFor(res.source)) : exit_code;
@@ -163,7 +164,7 @@ void PrintDemo(const DemoFlags& f, const MigrationReport& r, const std::optional
                const std::string& security, uint64_t source_kernels_during, const std::optional<SimResumeCheck>& check) {
   if (estimate) {
     if (f.json) {
-      fmt::print("{}\n", ProbeReportToJson(r, *estimate));
+      Print("{}\n", ProbeReportToJson(r, *estimate));
     } else {
       PrintProbe(stdout, "gpumigrate demo", r, *estimate);
     }
@@ -174,12 +175,12 @@ void PrintDemo(const DemoFlags& f, const MigrationReport& r, const std::optional
     j["source_kernels_during_migration"] = source_kernels_during;
     j["security"] = security;
     if (check) j["destination"] = nlohmann::ordered_json::parse(check->ToJson());
-    fmt::print("{}\n", j.dump());
+    Print("{}\n", j.dump());
   } else {
     PrintReport(stdout, "gpumigrate demo", r);
-    fmt::print("  security:   {}\n", security);
-    fmt::print("  workload:   {} kernels ran on the source while it was being migrated\n", source_kernels_during);
-    if (check) fmt::print("{}\n", check->ToLine());
+    Print("  security:   {}\n", security);
+    Print("  workload:   {} kernels ran on the source while it was being migrated\n", source_kernels_during);
+    if (check) Print("{}\n", check->ToLine());
   }
 }
 

@@ -1,5 +1,7 @@
 #include "cli/estimate_command.h"
 
+#include "cli/print.h"
+
 #include <thread>
 
 #include <fmt/format.h>
@@ -101,66 +103,66 @@ std::string Range(double lo, double mid, double hi, const char* unit) {
 
 void PrintEstimate(FILE* out, const EstimateReport& r) {
   const Prediction& p = r.prediction;
-  fmt::print(out, "gpumigrate estimate: {}\n", EstimateDecisionName(p.decision));
-  fmt::print(out, "  {}\n", p.explanation);
-  fmt::print(out, "  device:     {}\n", r.modelled.device);
-  fmt::print(out, "  observed:   {:.2f} s in {} dirty-log syncs; nothing was sent\n", r.measured.sample_s,
+  Print(out, "gpumigrate estimate: {}\n", EstimateDecisionName(p.decision));
+  Print(out, "  {}\n", p.explanation);
+  Print(out, "  device:     {}\n", r.modelled.device);
+  Print(out, "  observed:   {:.2f} s in {} dirty-log syncs; nothing was sent\n", r.measured.sample_s,
              r.measured.syncs);
-  fmt::print(out, "  bandwidth:  {}\n", r.link_source);
-  fmt::print(out, "  fixed switchover cost: {:.2f} ms{}\n",
+  Print(out, "  bandwidth:  {}\n", r.link_source);
+  Print(out, "  fixed switchover cost: {:.2f} ms{}\n",
              std::chrono::duration<double, std::milli>(r.params.fixed_cost).count(),
              r.calibrated_now ? " (calibrated just now)" : "");
-  fmt::print(out, "  {:<12} {:>10} {:>9}   dirty working set W(t), median\n", "region", "size", "non-zero");
+  Print(out, "  {:<12} {:>10} {:>9}   dirty working set W(t), median\n", "region", "size", "non-zero");
   for (const auto& rp : r.modelled.regions) {
     std::string w;
     for (size_t i = 0; i < rp.dirty.window_s.size(); i += 2) {
       w += fmt::format("{}{:.0f}ms:{}", w.empty() ? "" : "  ", rp.dirty.window_s[i] * 1e3,
                        FormatBytes(rp.dirty.mid_bytes[i]));
     }
-    fmt::print(out, "  {:<12} {:>10} {:>8.0f}%   {}\n", rp.info.name, FormatBytes(static_cast<double>(rp.info.size_bytes)),
+    Print(out, "  {:<12} {:>10} {:>8.0f}%   {}\n", rp.info.name, FormatBytes(static_cast<double>(rp.info.size_bytes)),
                rp.nonzero_fraction * 100, w);
   }
-  fmt::print(out, "  compression (sampled, zstd / shuffle+zstd ratio at speed; what the model applies):\n");
+  Print(out, "  compression (sampled, zstd / shuffle+zstd ratio at speed; what the model applies):\n");
   for (const auto& rp : r.modelled.regions) {
     if (rp.nonzero_fraction == 0) continue;
-    fmt::print(out, "    {:<12} zstd {:.2f} at {}, shuffle {:.2f} at {}; model: {} x{:.2f}\n", rp.info.name,
+    Print(out, "    {:<12} zstd {:.2f} at {}, shuffle {:.2f} at {}; model: {} x{:.2f}\n", rp.info.name,
                rp.codecs.zstd_ratio, FormatRate(rp.codecs.zstd_bytes_per_s), rp.codecs.shuffle_ratio,
                FormatRate(rp.codecs.shuffle_bytes_per_s), rp.codec, rp.compression_ratio);
   }
-  fmt::print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(),
+  Print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(),
              StopReasonName(p.mid.stop_reason));
-  fmt::print(out, "  {:>6}  {:>12}  {:>10}\n", "round", "bytes", "ms");
+  Print(out, "  {:>6}  {:>12}  {:>10}\n", "round", "bytes", "ms");
   for (const auto& x : p.mid.rounds) {
-    fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}\n", x.round, FormatBytes(x.bytes), x.seconds * 1e3);
+    Print(out, "  {:>6}  {:>12}  {:>10.1f}\n", x.round, FormatBytes(x.bytes), x.seconds * 1e3);
   }
-  fmt::print(out, "  {:>6}  {:>12}  {:>10.1f}  (stunned)\n", "final", FormatBytes(p.mid.final_bytes), p.mid.stun_ms);
-  fmt::print(out, "  stun:       {}\n", Range(p.stun_low_ms, p.mid.stun_ms, p.stun_high_ms, "ms"));
-  fmt::print(out, "  total:      {}\n", Range(p.total_low_ms / 1e3, p.mid.total_ms / 1e3, p.total_high_ms / 1e3, "s"));
-  fmt::print(out, "  assumptions:\n");
-  for (const auto& a : r.assumptions) fmt::print(out, "    - {}\n", a);
+  Print(out, "  {:>6}  {:>12}  {:>10.1f}  (stunned)\n", "final", FormatBytes(p.mid.final_bytes), p.mid.stun_ms);
+  Print(out, "  stun:       {}\n", Range(p.stun_low_ms, p.mid.stun_ms, p.stun_high_ms, "ms"));
+  Print(out, "  total:      {}\n", Range(p.total_low_ms / 1e3, p.mid.total_ms / 1e3, p.total_high_ms / 1e3, "s"));
+  Print(out, "  assumptions:\n");
+  for (const auto& a : r.assumptions) Print(out, "    - {}\n", a);
 }
 
 int RunEstimate(const EstimateFlags& f) {
   auto opts = MakeEstimateOptions(f);
   auto warmup = ParseDuration(f.warmup);
   if (!opts.ok() || !warmup.ok()) {
-    fmt::print(stderr, "gpumigrate estimate: {}\n", (!opts.ok() ? opts.status() : warmup.status()).message());
+    Print(stderr, "gpumigrate estimate: {}\n", (!opts.ok() ? opts.status() : warmup.status()).message());
     return 2;
   }
   auto dev = OpenDevice(f.device, true);
   if (!dev.ok()) {
-    fmt::print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
+    Print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
     return 2;
   }
-  fmt::print(stderr, "observing {} for {} (after {} warm-up)...\n", dev->device->Describe(), f.sample, f.warmup);
+  Print(stderr, "observing {} for {} (after {} warm-up)...\n", dev->device->Describe(), f.sample, f.warmup);
   std::this_thread::sleep_for(*warmup);
   auto report = EstimateDevice(*dev->device, *opts, SystemClock());
   if (!report.ok()) {
-    fmt::print(stderr, "gpumigrate estimate: {}\n", report.status().message());
+    Print(stderr, "gpumigrate estimate: {}\n", report.status().message());
     return 1;
   }
   if (f.json) {
-    fmt::print("{}\n", EstimateToJson(*report));
+    Print("{}\n", EstimateToJson(*report));
   } else {
     PrintEstimate(stdout, *report);
   }

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/plan_command.h"
+#include "cli/print.h"
 #include "gpumigrate/planner.h"
 
 namespace gpumigrate::cli {
@@ -31,12 +32,12 @@ int RunInventory(const InventoryFlags& f) {
   namespace fs = std::filesystem;
   std::string text, error;
   if (!ReadWholeFile(f.base, &text, &error)) {
-    fmt::print(stderr, "gpumigrate inventory: --base {}\n", error);
+    Print(stderr, "gpumigrate inventory: --base {}\n", error);
     return 2;
   }
   // Check the base first, so its errors name its own keys.
   if (auto base = planner::ParseInventory(text); !base.ok()) {
-    fmt::print(stderr, "gpumigrate inventory: {}: {}\n", f.base, base.status().message());
+    Print(stderr, "gpumigrate inventory: {}: {}\n", f.base, base.status().message());
     return 2;
   }
   nlohmann::ordered_json inv = nlohmann::ordered_json::parse(text);
@@ -46,7 +47,7 @@ int RunInventory(const InventoryFlags& f) {
     if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
   }
   if (ec) {
-    fmt::print(stderr, "gpumigrate inventory: --from-estimates {}: {}\n", f.from_estimates, ec.message());
+    Print(stderr, "gpumigrate inventory: --from-estimates {}: {}\n", f.from_estimates, ec.message());
     return 2;
   }
   std::sort(files.begin(), files.end());
@@ -56,18 +57,18 @@ int RunInventory(const InventoryFlags& f) {
     std::string vm = path.stem().string();
     auto it = std::find_if(vms.begin(), vms.end(), [&](const auto& v) { return v.value("name", "") == vm; });
     if (it == vms.end()) {
-      fmt::print(stderr, "gpumigrate inventory: {}: no VM '{}' in {} (estimate files are named <vm name>.json)\n",
+      Print(stderr, "gpumigrate inventory: {}: no VM '{}' in {} (estimate files are named <vm name>.json)\n",
                  path.string(), vm, f.base);
       return 2;
     }
     std::string est;
     if (!ReadWholeFile(path.string(), &est, &error)) {
-      fmt::print(stderr, "gpumigrate inventory: {}\n", error);
+      Print(stderr, "gpumigrate inventory: {}\n", error);
       return 2;
     }
     auto j = nlohmann::ordered_json::parse(est, nullptr, false);
     if (j.is_discarded() || !j.is_object()) {
-      fmt::print(stderr, "gpumigrate inventory: {}: not the JSON object of `gpumigrate estimate --json`\n",
+      Print(stderr, "gpumigrate inventory: {}: not the JSON object of `gpumigrate estimate --json`\n",
                  path.string());
       return 2;
     }
@@ -77,7 +78,7 @@ int RunInventory(const InventoryFlags& f) {
   std::string merged = inv.dump(2);
   auto checked = planner::ParseInventory(merged);
   if (!checked.ok()) {
-    fmt::print(stderr, "gpumigrate inventory: with the estimates of {}: {}\n", f.from_estimates,
+    Print(stderr, "gpumigrate inventory: with the estimates of {}: {}\n", f.from_estimates,
                checked.status().message());
     return 2;
   }
@@ -85,16 +86,16 @@ int RunInventory(const InventoryFlags& f) {
   for (const auto& vm : checked->vms) {
     if (!vm.estimate.present) without.push_back(vm.name);
   }
-  fmt::print(stderr, "attached {} estimate(s); {} VM(s) without one{}{}\n", attached.size(), without.size(),
+  Print(stderr, "attached {} estimate(s); {} VM(s) without one{}{}\n", attached.size(), without.size(),
              without.empty() ? "" : " (planned from their frame-buffer size alone): ",
              fmt::format("{}", fmt::join(without, ", ")));
   if (f.out.empty()) {
-    fmt::print("{}\n", merged);
+    Print("{}\n", merged);
   } else {
     std::ofstream out(f.out, std::ios::binary | std::ios::trunc);
     out << merged << "\n";
     if (!out) {
-      fmt::print(stderr, "gpumigrate inventory: --out {}: cannot be written\n", f.out);
+      Print(stderr, "gpumigrate inventory: --out {}: cannot be written\n", f.out);
       return 2;
     }
   }

@@ -18,7 +18,10 @@
 #include "cli/inventory_command.h"
 #include "cli/net_commands.h"
 #include "cli/plan_command.h"
+#include "cli/print.h"
 #include "cli/proc_commands.h"
+
+using gpumigrate::cli::Print;
 
 namespace {
 
@@ -90,7 +93,7 @@ int main(int argc, char** argv) {
   help_cmd->add_option("command", help_topic, "The command to describe");
 
   if (IsUnknownCommand(app, argc, argv)) {
-    fmt::print(stderr, "gpumigrate: unknown command '{}'; the commands are: {} (gpumigrate --help describes them)\n",
+    Print(stderr, "gpumigrate: unknown command '{}'; the commands are: {} (gpumigrate --help describes them)\n",
                argv[1], CommandNames(app));
     return 2;
   }
@@ -110,13 +113,18 @@ int main(int argc, char** argv) {
       std::cout << app.get_subcommand(help_topic)->help();
       return 0;
     } catch (const CLI::OptionNotFound&) {
-      fmt::print(stderr, "gpumigrate help: no command '{}'; the commands are: {}\n", help_topic, CommandNames(app));
+      Print(stderr, "gpumigrate help: no command '{}'; the commands are: {}\n", help_topic, CommandNames(app));
       return 2;
     }
   }
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  // A reader of our stdout or stderr that goes away (`| head`, a log shipper
+  // that dies) must not kill a migration mid-way: a guest held for switchover
+  // would stay paused. Writes to it fail with EPIPE instead and are dropped;
+  // sockets already send with MSG_NOSIGNAL for library users (issue 19).
+  std::signal(SIGPIPE, SIG_IGN);
   if (*demo_cmd) return gpumigrate::cli::RunDemo(demo, g_cancel);
   if (*estimate_cmd) return gpumigrate::cli::RunEstimate(estimate);
   if (*migrate_cmd) return gpumigrate::cli::RunMigrate(migrate, g_cancel);

@@ -9,6 +9,7 @@
 
 #include "cli/crash_hook.h"
 #include "cli/estimate_command.h"
+#include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
@@ -59,7 +60,7 @@ Result<std::optional<TlsConfig>> MakeTls(const TlsFlags& f) {
 }
 
 int Usage(const char* cmd, const Status& s) {
-  fmt::print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
+  Print(stderr, "gpumigrate {}: {}\n", cmd, s.message());
   return 2;
 }
 
@@ -116,10 +117,10 @@ void PrintMigrateReport(const MigrateFlags& f, const MigrationReport& r, const s
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));
     j["security"] = security;
-    fmt::print("{}\n", j.dump());
+    Print("{}\n", j.dump());
   } else {
     PrintReport(stdout, "gpumigrate migrate", r);
-    fmt::print("  security:   {}\n", security);
+    Print("  security:   {}\n", security);
   }
 }
 
@@ -157,7 +158,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     if (!eo.ok()) return Usage("migrate", eo.status());
     auto er = EstimateForProbe(*src, *eo, o, SystemClock());
     if (!er.ok()) {
-      fmt::print(stderr, "gpumigrate migrate: {}\n", er.status().message());
+      Print(stderr, "gpumigrate migrate: {}\n", er.status().message());
       return 1;
     }
     estimate = std::move(er).value();
@@ -167,8 +168,8 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   auto ns = ConnectSession(*to, f.src.streams, std::chrono::duration_cast<std::chrono::milliseconds>(*connect_timeout),
                            tls->has_value() ? &**tls : nullptr);
   if (!ns.ok()) {
-    fmt::print(stderr, "gpumigrate migrate: {} (the source keeps running)\n", ns.status().message());
-    if (f.json) fmt::print("{}\n", ReportToJson(ConnectFailed(ns.status())));
+    Print(stderr, "gpumigrate migrate: {} (the source keeps running)\n", ns.status().message());
+    if (f.json) Print("{}\n", ReportToJson(ConnectFailed(ns.status())));
     return 1;
   }
   progress.Note(fmt::format("connected to {} with {} data stream{}: {}", f.to, f.src.streams,
@@ -180,7 +181,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   MigrationReport r = RunSource(*src, ns->View(), o);
   progress.Finish();
   if (!r.source_cleanup.ok()) {
-    fmt::print(stderr, "gpumigrate migrate: after the migration: {}\n", r.source_cleanup.message());
+    Print(stderr, "gpumigrate migrate: after the migration: {}\n", r.source_cleanup.message());
   } else if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
     progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
   }
@@ -189,7 +190,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     return ExitCodeFor(r);
   }
   if (f.json) {
-    fmt::print("{}\n", ProbeReportToJson(r, *estimate));
+    Print("{}\n", ProbeReportToJson(r, *estimate));
   } else {
     PrintProbe(stdout, "gpumigrate migrate", r, *estimate);
   }
@@ -204,15 +205,15 @@ void PrintReceiveReport(const ReceiveFlags& f, const MigrationReport& r, const s
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));
     j["security"] = security;
     if (check) j["destination"] = nlohmann::ordered_json::parse(check->ToJson());
-    fmt::print("{}\n", j.dump());
+    Print("{}\n", j.dump());
     return;
   }
-  fmt::print("gpumigrate receive: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
-  if (!r.status.ok()) fmt::print("  error:      {}\n", r.status.message());
-  if (!r.resolution.empty()) fmt::print("  resolution: {}\n", r.resolution);
-  fmt::print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
-  if (check) fmt::print("{}\n", check->ToLine());
-  if (!proc_line.empty()) fmt::print("{}\n", proc_line);
+  Print("gpumigrate receive: {}{}\n", OutcomeName(r.outcome), r.verified ? ", verified" : "");
+  if (!r.status.ok()) Print("  error:      {}\n", r.status.message());
+  if (!r.resolution.empty()) Print("  resolution: {}\n", r.resolution);
+  Print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
+  if (check) Print("{}\n", check->ToLine());
+  if (!proc_line.empty()) Print("{}\n", proc_line);
 }
 
 }  // namespace
@@ -240,22 +241,22 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   auto opened = OpenDevice(f.device, false);
   if (!opened.ok()) return Usage("receive", opened.status());
   Device* dst = opened->device.get();
-  fmt::print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), dst->Describe(),
+  Print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), dst->Describe(),
              tls->has_value() ? "" : " (INSECURE: no TLS)");
   auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout),
                           tls->has_value() ? &**tls : nullptr);
   if (!ns.ok()) {
-    fmt::print(stderr, "gpumigrate receive: {}\n", ns.status().message());
+    Print(stderr, "gpumigrate receive: {}\n", ns.status().message());
     return 1;
   }
-  fmt::print(stderr, "receive: session {:016x} joined with {} data streams: {}\n", ns->session_id, ns->data.size(),
+  Print(stderr, "receive: session {:016x} joined with {} data streams: {}\n", ns->session_id, ns->data.size(),
              ns->security);
   DestinationOptions o;
   o.aes_key = ns->aes_key;
   o.cancel = &cancel;
   o.on_phase = WithCrashHook([](Phase p, uint32_t round) {
-    if (p == Phase::kRoundEnd) fmt::print(stderr, "receive: round {} applied\n", round);
-    if (p == Phase::kPreparedSent) fmt::print(stderr, "receive: verified and prepared; waiting for commit\n");
+    if (p == Phase::kRoundEnd) Print(stderr, "receive: round {} applied\n", round);
+    if (p == Phase::kPreparedSent) Print(stderr, "receive: verified and prepared; waiting for commit\n");
   });
   MigrationReport r = RunDestination(*dst, ns->View(), o);
   int rc = ExitCodeFor(r);

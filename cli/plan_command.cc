@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/plan_print.h"
+#include "cli/print.h"
 #include "gpumigrate/planner.h"
 
 namespace gpumigrate::cli {
@@ -48,7 +49,7 @@ int Plot(const planner::Plan& plan, const std::string& png) {
   char path[] = "/tmp/gpumigrate-plot-XXXXXX";
   int fd = mkstemp(path);
   if (fd < 0) {
-    fmt::print(stderr, "gpumigrate plan: --plot: cannot create a temporary file\n");
+    Print(stderr, "gpumigrate plan: --plot: cannot create a temporary file\n");
     return 2;
   }
   std::string script = PlanGnuplotScript(plan, png);
@@ -57,10 +58,10 @@ int Plot(const planner::Plan& plan, const std::string& png) {
   int rc = ok ? std::system(fmt::format("gnuplot '{}'", path).c_str()) : -1;
   unlink(path);
   if (rc != 0) {
-    fmt::print(stderr, "gpumigrate plan: --plot: gnuplot could not draw {}\n", png);
+    Print(stderr, "gpumigrate plan: --plot: gnuplot could not draw {}\n", png);
     return 2;
   }
-  fmt::print(stderr, "timeline drawn to {}\n", png);
+  Print(stderr, "timeline drawn to {}\n", png);
   return 0;
 }
 
@@ -69,11 +70,11 @@ int Plot(const planner::Plan& plan, const std::string& png) {
 int RunPlan(const PlanFlags& f) {
   if (!f.plot.empty()) {
     if (f.plot.find('\'') != std::string::npos) {
-      fmt::print(stderr, "gpumigrate plan: --plot: the file name may not contain a quote\n");
+      Print(stderr, "gpumigrate plan: --plot: the file name may not contain a quote\n");
       return 2;
     }
     if (!HaveGnuplot()) {
-      fmt::print(stderr,
+      Print(stderr,
                  "gpumigrate plan: --plot needs gnuplot, which is not installed (apt-get install gnuplot-nox); "
                  "the plan itself needs nothing\n");
       return 2;
@@ -81,12 +82,12 @@ int RunPlan(const PlanFlags& f) {
   }
   std::string text, error;
   if (!ReadWholeFile(f.inventory, &text, &error)) {
-    fmt::print(stderr, "gpumigrate plan: --inventory {}\n", error);
+    Print(stderr, "gpumigrate plan: --inventory {}\n", error);
     return 2;
   }
   auto inv = planner::ParseInventory(text);
   if (!inv.ok()) {
-    fmt::print(stderr, "gpumigrate plan: {}: {}\n", f.inventory, inv.status().message());
+    Print(stderr, "gpumigrate plan: {}: {}\n", f.inventory, inv.status().message());
     return 2;
   }
   planner::PlanOptions o;
@@ -94,11 +95,11 @@ int RunPlan(const PlanFlags& f) {
   o.allow_power_off = f.allow_power_off;
   auto plan = planner::MakePlan(*inv, o);
   if (!plan.ok()) {
-    fmt::print(stderr, "gpumigrate plan: {}\n", plan.status().message());
+    Print(stderr, "gpumigrate plan: {}\n", plan.status().message());
     return 2;
   }
   if (f.json) {
-    fmt::print("{}\n", planner::PlanToJson(*plan));
+    Print("{}\n", planner::PlanToJson(*plan));
   } else {
     PrintPlan(stdout, *plan);
   }

@@ -1,5 +1,7 @@
 #include "cli/plan_print.h"
 
+#include "cli/print.h"
+
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -26,14 +28,14 @@ std::string TargetText(const PlannedAction& a) {
 }  // namespace
 
 void PrintPlan(FILE* out, const Plan& p) {
-  fmt::print(out, "gpumigrate plan: evacuate {}: {}\n", p.host,
+  Print(out, "gpumigrate plan: evacuate {}: {}\n", p.host,
              p.feasible ? "feasible" : "NOT feasible");
-  if (!p.feasible) fmt::print(out, "  {}\n", p.reason);
-  fmt::print(out, "  total {} pipelined ({}), {} in fixed batches\n", Sec(p.total_ms),
+  if (!p.feasible) Print(out, "  {}\n", p.reason);
+  Print(out, "  total {} pipelined ({}), {} in fixed batches\n", Sec(p.total_ms),
              p.used_batched ? "no shorter than batches: runs batched" : "each action starts as a slot frees",
              Sec(p.batched_total_ms));
   if (!p.search_exact) {
-    fmt::print(out, "  placement: the exact search ran out of budget after {} evaluations; best assignment found\n",
+    Print(out, "  placement: the exact search ran out of budget after {} evaluations; best assignment found\n",
                p.search_evaluations);
   }
   size_t vm_w = 2, tgt_w = 6;
@@ -41,19 +43,19 @@ void PrintPlan(FILE* out, const Plan& p) {
     vm_w = std::max(vm_w, a.vm.size());
     tgt_w = std::max(tgt_w, TargetText(a).size());
   }
-  fmt::print(out, "\n{:<{}}  {:<17}  {:<{}}  {:>9}  {:>9}  {:>9}  {}\n", "VM", vm_w, "ACTION", "TARGET", tgt_w, "STUN",
+  Print(out, "\n{:<{}}  {:<17}  {:<{}}  {:>9}  {:>9}  {:>9}  {}\n", "VM", vm_w, "ACTION", "TARGET", tgt_w, "STUN",
              "START", "END", "REASON");
   for (const auto& a : p.actions) {
     bool timed = a.action == Action::kLiveMigrate || a.action == Action::kDrainAndReplace ||
                  a.action == Action::kPowerOff;
-    fmt::print(out, "{:<{}}  {:<17}  {:<{}}  {:>9}  {:>9}  {:>9}  {}\n", a.vm, vm_w, planner::ActionName(a.action),
+    Print(out, "{:<{}}  {:<17}  {:<{}}  {:>9}  {:>9}  {:>9}  {}\n", a.vm, vm_w, planner::ActionName(a.action),
                TargetText(a), tgt_w, a.action == Action::kLiveMigrate ? Sec(a.predicted_stun_ms) : "-",
                timed ? Sec(a.start_ms) : "-", timed ? Sec(a.end_ms) : "-", a.reason);
   }
   // Timeline: '=' migrating, '#' stunned, '~' replacement starting and draining, 'X' powered off.
   const int width = 60;
   int64_t span = std::max<int64_t>(p.total_ms, 1);
-  fmt::print(out, "\ntimeline, 0 to {} ('=' migrating, '#' stun, '~' replace and drain, 'X' power-off):\n",
+  Print(out, "\ntimeline, 0 to {} ('=' migrating, '#' stun, '~' replace and drain, 'X' power-off):\n",
              Sec(p.total_ms));
   auto col = [&](int64_t ms) { return static_cast<int>(static_cast<double>(ms) * width / static_cast<double>(span)); };
   for (const auto& a : p.actions) {
@@ -70,7 +72,7 @@ void PrintPlan(FILE* out, const Plan& p) {
     } else {
       lane = std::string("blocked");
     }
-    fmt::print(out, "  {:<{}} |{}|\n", a.vm, vm_w, lane);
+    Print(out, "  {:<{}} |{}|\n", a.vm, vm_w, lane);
   }
 }
 

@@ -1,5 +1,7 @@
 #include "cli/proc_commands.h"
 
+#include "cli/print.h"
+
 #include <fmt/format.h>
 
 #include "gpumigrate/proc.h"
@@ -33,26 +35,26 @@ int RunHeld(const HeldFlags& f, bool release) {
   const char* cmd = release ? "release" : "resume";
   auto spec = ParseProcSpec(f.device);
   if (!spec.ok()) {
-    fmt::print(stderr, "gpumigrate {}: {}\n", cmd, spec.status().message());
+    Print(stderr, "gpumigrate {}: {}\n", cmd, spec.status().message());
     return 2;
   }
   spec->tracker = ProcTracking::kHash;  // no write-protect needed to resolve a hold
   auto dev = ProcDevice::Connect(*spec, ProcRole::kSource);
   if (!dev.ok()) {
-    fmt::print(stderr, "gpumigrate {}: {}\n", cmd, dev.status().message());
+    Print(stderr, "gpumigrate {}: {}\n", cmd, dev.status().message());
     return 2;
   }
   if ((*dev)->State() != DeviceState::kStop) {
-    fmt::print(stderr, "gpumigrate {}: process {} is {}, not held: nothing to do\n", cmd, spec->pid,
+    Print(stderr, "gpumigrate {}: process {} is {}, not held: nothing to do\n", cmd, spec->pid,
                DeviceStateName((*dev)->State()));
     return 1;
   }
   Status st = release ? (*dev)->Release() : (*dev)->SetState(DeviceState::kRunning);
   if (!st.ok()) {
-    fmt::print(stderr, "gpumigrate {}: {}\n", cmd, st.message());
+    Print(stderr, "gpumigrate {}: {}\n", cmd, st.message());
     return 1;
   }
-  fmt::print("gpumigrate {}: process {} {}\n", cmd, spec->pid,
+  Print("gpumigrate {}: process {} {}\n", cmd, spec->pid,
              release ? "released: it was told that it moved" : "resumed: RUNNING");
   return 0;
 }

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/print.h"
 #include "gpumigrate/units.h"
 
 namespace gpumigrate::cli {
@@ -21,7 +22,7 @@ void ProgressPrinter::Update(const Progress& p) {
                                  FormatBytes(static_cast<double>(p.round_bytes_total)),
                                  FormatBytes(static_cast<double>(p.bytes_sent)), FormatRate(rate), p.elapsed_s);
   if (tty_) {
-    fmt::print(out_, "\r\033[K{}", line);
+    Print(out_, "\r\033[K{}", line);
     line_open_ = true;
     std::fflush(out_);
     return;
@@ -30,22 +31,22 @@ void ProgressPrinter::Update(const Progress& p) {
   if (static_cast<int64_t>(p.round) != last_round_ || now - last_plain_ >= std::chrono::seconds(1)) {
     last_round_ = p.round;
     last_plain_ = now;
-    fmt::print(out_, "{}\n", line);
+    Print(out_, "{}\n", line);
     std::fflush(out_);
   }
 }
 
 void ProgressPrinter::Note(const std::string& line) {
   std::lock_guard lk(mu_);
-  if (line_open_) fmt::print(out_, "\r\033[K");
+  if (line_open_) Print(out_, "\r\033[K");
   line_open_ = false;
-  fmt::print(out_, "{}\n", line);
+  Print(out_, "{}\n", line);
   std::fflush(out_);
 }
 
 void ProgressPrinter::Finish() {
   std::lock_guard lk(mu_);
-  if (line_open_) fmt::print(out_, "\n");
+  if (line_open_) Print(out_, "\n");
   line_open_ = false;
   std::fflush(out_);
 }

@@ -1,5 +1,7 @@
 #include "cli/report_print.h"
 
+#include "cli/print.h"
+
 #include <thread>
 
 #include <fmt/format.h>
@@ -10,23 +12,23 @@
 namespace gpumigrate::cli {
 
 void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) {
-  fmt::print(out, "{}: {}", title, OutcomeName(r.outcome));
+  Print(out, "{}: {}", title, OutcomeName(r.outcome));
   if (r.outcome == Outcome::kCompleted) {
-    fmt::print(out, ", {}", r.verified ? "verified (per-page digests of every region match)" : "NOT verified");
-    if (r.verify_full) fmt::print(out, ", source re-read at stop and matched");
+    Print(out, ", {}", r.verified ? "verified (per-page digests of every region match)" : "NOT verified");
+    if (r.verify_full) Print(out, ", source re-read at stop and matched");
   }
-  fmt::print(out, "\n");
-  if (!r.status.ok()) fmt::print(out, "  error:      {}\n", r.status.message());
-  if (!r.resolution.empty()) fmt::print(out, "  resolution: {}\n", r.resolution);
-  fmt::print(out, "  device:     {} ({})\n", r.device, FormatBytes(static_cast<double>(r.device_bytes)));
-  fmt::print(out, "  sent:       {} in {} rounds, total {:.2f} s, pre-copy throughput {}\n",
+  Print(out, "\n");
+  if (!r.status.ok()) Print(out, "  error:      {}\n", r.status.message());
+  if (!r.resolution.empty()) Print(out, "  resolution: {}\n", r.resolution);
+  Print(out, "  device:     {} ({})\n", r.device, FormatBytes(static_cast<double>(r.device_bytes)));
+  Print(out, "  sent:       {} in {} rounds, total {:.2f} s, pre-copy throughput {}\n",
              FormatBytes(static_cast<double>(r.bytes_sent)), r.rounds.size(), r.total_ms / 1e3,
              FormatRate(r.bandwidth_bytes_per_s));
   if (!r.rounds.empty()) {
-    fmt::print(out, "  {:>6}  {:>12}  {:>12}  {:>9}  {:>9}  {:>10}\n", "round", "considered", "sent", "pages",
+    Print(out, "  {:>6}  {:>12}  {:>12}  {:>9}  {:>9}  {:>10}\n", "round", "considered", "sent", "pages",
                "zero", "ms");
     for (const auto& x : r.rounds) {
-      fmt::print(out, "  {:>6}  {:>12}  {:>12}  {:>9}  {:>9}  {:>10.1f}\n",
+      Print(out, "  {:>6}  {:>12}  {:>12}  {:>9}  {:>9}  {:>10.1f}\n",
                  x.final ? std::string("final") : std::to_string(x.round),
                  FormatBytes(static_cast<double>(x.dirty_bytes)), FormatBytes(static_cast<double>(x.bytes)),
                  x.pages_sent, x.zero_pages, x.ms);
@@ -38,7 +40,7 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
       line += fmt::format("{}{} {}", line.empty() ? "" : ", ", c.region, c.codec);
       if (c.sampled_zstd_ratio > 0) line += fmt::format(" (sampled zstd {:.2f}, shuffle {:.2f})", c.sampled_zstd_ratio, c.sampled_shuffle_ratio);
     }
-    fmt::print(out, "  codecs:     {}; overall ratio {:.3f}\n", line, r.compression_ratio);
+    Print(out, "  codecs:     {}; overall ratio {:.3f}\n", line, r.compression_ratio);
   }
   if (r.streams.size() > 1) {
     std::string line;
@@ -46,38 +48,38 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
       line += fmt::format("{}#{} {} ({})", line.empty() ? "" : ", ", st.stream,
                           FormatBytes(static_cast<double>(st.bytes)), FormatRate(st.bytes_per_s));
     }
-    fmt::print(out, "  streams:    {}\n", line);
+    Print(out, "  streams:    {}\n", line);
   }
-  if (!r.switchover_reason.empty()) fmt::print(out, "  switchover: {}\n", r.switchover_reason);
+  if (!r.switchover_reason.empty()) Print(out, "  switchover: {}\n", r.switchover_reason);
   if (r.outcome == Outcome::kCompleted) {
-    fmt::print(out, "  stun:       {:.1f} ms", r.stun_ms);
-    if (r.predicted_stun_ms >= 0) fmt::print(out, " (predicted {:.1f} ms)", r.predicted_stun_ms);
-    fmt::print(out, "\n");
-    for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) fmt::print(out, "    {:<16} {:>9.2f} ms\n", k, v);
+    Print(out, "  stun:       {:.1f} ms", r.stun_ms);
+    if (r.predicted_stun_ms >= 0) Print(out, " (predicted {:.1f} ms)", r.predicted_stun_ms);
+    Print(out, "\n");
+    for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) Print(out, "    {:<16} {:>9.2f} ms\n", k, v);
   }
 }
 
 // The probe's report: the rounds as measured beside the estimator's prediction.
 void PrintProbe(FILE* out, const std::string& title, const MigrationReport& r, const EstimateReport& e) {
   const Prediction& p = e.prediction;
-  fmt::print(out, "{} --dry-run: probe {}, the engine {} switch over\n", title,
+  Print(out, "{} --dry-run: probe {}, the engine {} switch over\n", title,
              r.status.ok() ? "complete" : "failed", r.would_switch ? "would" : "would NOT");
-  if (!r.status.ok()) fmt::print(out, "  error:      {}\n", r.status.message());
-  fmt::print(out, "  {}\n", r.resolution);
-  fmt::print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", "round", "predicted", "ms", "measured", "ms");
+  if (!r.status.ok()) Print(out, "  error:      {}\n", r.status.message());
+  Print(out, "  {}\n", r.resolution);
+  Print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", "round", "predicted", "ms", "measured", "ms");
   size_t n = std::max(p.mid.rounds.size(), r.rounds.size());
   for (size_t i = 0; i < n; ++i) {
     std::string pb = i < p.mid.rounds.size() ? FormatBytes(p.mid.rounds[i].bytes) : "-";
     std::string pm = i < p.mid.rounds.size() ? fmt::format("{:.1f}", p.mid.rounds[i].seconds * 1e3) : "-";
     std::string mb = i < r.rounds.size() ? FormatBytes(static_cast<double>(r.rounds[i].bytes)) : "-";
     std::string mm = i < r.rounds.size() ? fmt::format("{:.1f}", r.rounds[i].ms) : "-";
-    fmt::print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", i, pb, pm, mb, mm);
+    Print(out, "  {:>6}  {:>12} {:>9}  {:>12} {:>9}\n", i, pb, pm, mb, mm);
   }
-  fmt::print(out, "  stun, estimated before anything moved:   {:.1f} ms (range {:.1f} to {:.1f}), {}\n", p.mid.stun_ms,
+  Print(out, "  stun, estimated before anything moved:   {:.1f} ms (range {:.1f} to {:.1f}), {}\n", p.mid.stun_ms,
              p.stun_low_ms, p.stun_high_ms, EstimateDecisionName(p.decision));
-  fmt::print(out, "  stun, predicted from the probe's rounds: {:.1f} ms ({})\n", r.predicted_stun_ms,
+  Print(out, "  stun, predicted from the probe's rounds: {:.1f} ms ({})\n", r.predicted_stun_ms,
              r.switchover_reason);
-  fmt::print(out, "  pre-copy: predicted {:.2f} s, measured {:.2f} s\n", (p.mid.total_ms - p.mid.stun_ms) / 1e3,
+  Print(out, "  pre-copy: predicted {:.2f} s, measured {:.2f} s\n", (p.mid.total_ms - p.mid.stun_ms) / 1e3,
              r.total_ms / 1e3);
 }
 

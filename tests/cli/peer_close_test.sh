@@ -97,4 +97,12 @@ crash_source s_prep prepare-sent "1 3" 'r["outcome"] in ("aborted", "in_doubt") 
 # Commit arrived before the source died: the destination runs (its Running goes nowhere).
 crash_source s_commit commit-sent 0 'r["outcome"] == "completed" and r["verified"]'
 
+# 4. A reader of our own output that goes away (`| head -c 1`): progress and the
+#    report then go to a closed pipe; neither side may die of SIGPIPE (141).
+start_receiver pipe
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$port" --psk-file "$tmp/psk" --streams 2 \
+  --bandwidth 150MB/s --warmup 20ms --json 2>&1 | head -c 1 >/dev/null
+expect "stdout and stderr closed by their reader: migrate" "${PIPESTATUS[0]}" 0
+wait $rpid; expect "stdout and stderr closed by their reader: receive" $? 0
+
 exit $fail
