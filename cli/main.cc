@@ -51,6 +51,21 @@ bool IsUnknownCommand(CLI::App& app, int argc, char** argv) {
   return true;
 }
 
+// `gpumigrate help [COMMAND]`.
+int PrintHelp(CLI::App& app, const std::string& topic) {
+  if (topic.empty()) {
+    std::cout << app.help();
+    return 0;
+  }
+  try {
+    std::cout << app.get_subcommand(topic)->help();
+    return 0;
+  } catch (const CLI::OptionNotFound&) {
+    Print(stderr, "gpumigrate help: no command '{}'; the commands are: {}\n", topic, CommandNames(app));
+    return 2;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,19 +119,7 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
 
-  if (*help_cmd) {
-    if (help_topic.empty()) {
-      std::cout << app.help();
-      return 0;
-    }
-    try {
-      std::cout << app.get_subcommand(help_topic)->help();
-      return 0;
-    } catch (const CLI::OptionNotFound&) {
-      Print(stderr, "gpumigrate help: no command '{}'; the commands are: {}\n", help_topic, CommandNames(app));
-      return 2;
-    }
-  }
+  if (*help_cmd) return PrintHelp(app, help_topic);
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);

@@ -221,6 +221,48 @@ Result<FileKey> ReadKeyFile(const std::string& path) {
   return key;
 }
 
+namespace {
+
+// An incremental checkpoint: the session continues from the base chain's last
+// round, skipping pages whose hash the base already holds.
+Status ContinueFromBase(const Device& device, const CheckpointOptions& options, ckpt::FileHeader& fh,
+                        v1::CheckpointManifest& manifest, SourceOptions& so, CheckpointReport& rep) {
+  RestoreOptions ro;
+  ro.key = options.key;
+  auto base = VerifyChain(options.base, ro);
+  if (!base.ok()) return base.status().WithContext(fmt::format("base checkpoint {}", options.base));
+  GM_RETURN_IF_ERROR(SameGeometry(base->info.regions, device.Regions(), "the device against the base checkpoint"));
+  fh.chain_id = base->chain_id;
+  SessionContinuation c;
+  c.first_round = base->footer.final_round() + 1;
+  c.frames_per_stream.assign(base->footer.frames_per_stream().begin(), base->footer.frames_per_stream().end());
+  c.page_hashes = std::move(base->page_hashes);
+  so.continuation = std::move(c);
+  auto* b = manifest.mutable_base();
+  b->set_file_id(base->info.file_id);
+  b->set_path(std::filesystem::absolute(options.base).string());
+  *b->mutable_digests() = base->footer.digests();
+  b->set_depth(base->depth + 1);
+  rep.base = options.base;
+  rep.chain_depth = base->depth + 1;
+  return Status::Ok();
+}
+
+// The session speaks of a destination; here the destination is the file.
+void SayTheFileFailed(CheckpointReport& rep, const std::string& path) {
+  std::string msg = rep.migration.status.message();
+  const std::string peer = "destination aborted in phase checkpoint write: ";
+  if (auto at = msg.find(peer); at != std::string::npos) msg.replace(at, peer.size(), "the file could not be written: ");
+  rep.migration.status = Status(rep.migration.status.code(), msg);
+  if (rep.migration.resolution.rfind("the source is RUNNING", 0) == 0) {
+    rep.migration.resolution =
+        fmt::format("the source is RUNNING with its memory intact; the partial file was removed{}",
+                    std::filesystem::exists(path) ? " and the earlier " + path + " is untouched" : "");
+  }
+}
+
+}  // namespace
+
 CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const CheckpointOptions& options) {
   CheckpointReport rep;
   rep.path = path;
@@ -241,27 +283,7 @@ CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const 
   fh.chain_id = RandomId();
   v1::CheckpointManifest manifest;
   if (!options.base.empty()) {
-    RestoreOptions ro;
-    ro.key = options.key;
-    auto base = VerifyChain(options.base, ro);
-    if (!base.ok()) return fail(base.status().WithContext(fmt::format("base checkpoint {}", options.base)));
-    if (Status st = SameGeometry(base->info.regions, device.Regions(), "the device against the base checkpoint");
-        !st.ok()) {
-      return fail(st);
-    }
-    fh.chain_id = base->chain_id;
-    SessionContinuation c;
-    c.first_round = base->footer.final_round() + 1;
-    c.frames_per_stream.assign(base->footer.frames_per_stream().begin(), base->footer.frames_per_stream().end());
-    c.page_hashes = std::move(base->page_hashes);
-    so.continuation = std::move(c);
-    auto* b = manifest.mutable_base();
-    b->set_file_id(base->info.file_id);
-    b->set_path(std::filesystem::absolute(options.base).string());
-    *b->mutable_digests() = base->footer.digests();
-    b->set_depth(base->depth + 1);
-    rep.base = options.base;
-    rep.chain_depth = base->depth + 1;
+    if (Status st = ContinueFromBase(device, options, fh, manifest, so, rep); !st.ok()) return fail(st);
   }
   if (options.key) {
     fh.flags |= ckpt::kFlagEncrypted;
@@ -311,18 +333,7 @@ CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const 
   } else if (rep.migration.status.ok() && !rs.ok()) {
     rep.migration.status = rs;
   }
-  if (rep.migration.outcome == Outcome::kAborted && !rep.migration.dry_run) {
-    // The session speaks of a destination; here the destination is the file.
-    std::string msg = rep.migration.status.message();
-    const std::string peer = "destination aborted in phase checkpoint write: ";
-    if (auto at = msg.find(peer); at != std::string::npos) msg.replace(at, peer.size(), "the file could not be written: ");
-    rep.migration.status = Status(rep.migration.status.code(), msg);
-    if (rep.migration.resolution.rfind("the source is RUNNING", 0) == 0) {
-      rep.migration.resolution = fmt::format(
-          "the source is RUNNING with its memory intact; the partial file was removed{}",
-          std::filesystem::exists(path) ? " and the earlier " + path + " is untouched" : "");
-    }
-  }
+  if (rep.migration.outcome == Outcome::kAborted && !rep.migration.dry_run) SayTheFileFailed(rep, path);
   return rep;
 }
 

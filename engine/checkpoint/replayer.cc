@@ -57,136 +57,161 @@ Status Replayer::Replay() {
   return Await(v1::Envelope::kRunning, "Running");
 }
 
+Status Replayer::Bad(const FilePass& fp, const Record& rec, const std::string& why) const {
+  return Corrupt(fmt::format("{}: {}", fp.f.Where(rec.number, rec.offset), why));
+}
+
 // One file of the chain, manifest to footer.
 Status Replayer::File(size_t index, bool last, v1::Envelope* prepare) {
-  FileReader& f = *(*chain_)[index];
-  uint64_t frames = 0, records = 1;  // the manifest was record 0
-  bool have_prepare = false;
-  v1::Envelope file_prepare;
-  std::vector<std::vector<uint64_t>> hashes;
-  const auto& regions = f.manifest().session().regions();
-  if (last) {
-    hashes.resize(static_cast<size_t>(regions.size()));
-  }
+  FilePass fp{*(*chain_)[index], index, last};
+  if (last) fp.hashes.resize(static_cast<size_t>(fp.f.manifest().session().regions().size()));
   while (true) {
-    GM_ASSIGN_OR_RETURN(std::optional<Record> rec, f.Next());
+    GM_ASSIGN_OR_RETURN(std::optional<Record> rec, fp.f.Next());
     if (!rec) break;
-    auto bad = [&](std::string why) { return Corrupt(fmt::format("{}: {}", f.Where(rec->number, rec->offset), why)); };
     done_bytes_ += kRecordHeaderBytes + rec->body.size() + (rec->kind == RecordKind::kFrame ? 0 : kTagBytes);
     if (progress_ && done_bytes_ - reported_ >= (uint64_t{64} << 20)) {
       reported_ = done_bytes_;
       progress_(done_bytes_, total_bytes_);
     }
-    if (have_prepare && rec->kind != RecordKind::kIndex && rec->kind != RecordKind::kFooter) {
-      return bad(fmt::format("a {} record after the Prepare", RecordKindName(rec->kind)));
+    if (fp.have_prepare && rec->kind != RecordKind::kIndex && rec->kind != RecordKind::kFooter) {
+      return Bad(fp, *rec, fmt::format("a {} record after the Prepare", RecordKindName(rec->kind)));
     }
     switch (rec->kind) {
-      case RecordKind::kFrame: {
-        auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(rec->body.data(),
-                                                                                       wire::kFrameHeaderBytes));
-        if (!h.ok()) return bad(std::string(h.status().message()));
-        if (rec->body.size() != wire::kFrameHeaderBytes + uint64_t{h->payload_length} + wire::kFrameTagBytes) {
-          return bad(fmt::format("frame record of {} bytes holds a frame of {}-byte payload", rec->body.size(),
-                                 h->payload_length));
-        }
-        if (h->stream_id >= streams_.data.size()) return bad(fmt::format("frame on stream {}", h->stream_id));
-        frames_[h->stream_id].push_back({static_cast<uint32_t>(index), rec->number, rec->offset});
-        GM_RETURN_IF_ERROR(streams_.data[h->stream_id]->WriteAll(rec->body)
-                               .WithContext(fmt::format("restore: {}", f.Where(rec->number, rec->offset))));
-        ++frames;
+      case RecordKind::kFrame:
+        GM_RETURN_IF_ERROR(OnFrame(fp, *rec));
         break;
-      }
-      case RecordKind::kControl: {
-        v1::Envelope env;
-        if (!env.ParseFromArray(rec->body.data(), static_cast<int>(rec->body.size()))) {
-          return bad("control record does not decode");
-        }
-        if (env.has_round_end()) {
-          GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
-          GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied"));
-        } else if (env.has_prepare()) {
-          file_prepare = env;
-          have_prepare = true;
-        } else {
-          return bad(fmt::format("unexpected {} in a control record", wire::EnvelopeKind(env)));
-        }
+      case RecordKind::kControl:
+        GM_RETURN_IF_ERROR(OnControl(fp, *rec));
         break;
-      }
-      case RecordKind::kIndex: {
-        if (!have_prepare) return bad("page index before the Prepare");
-        v1::PageIndex idx;
-        if (!idx.ParseFromArray(rec->body.data(), static_cast<int>(rec->body.size()))) {
-          return bad("page index does not decode");
-        }
-        if (!last) break;
-        int r = 0;
-        while (r < regions.size() && regions[r].id() != idx.region()) ++r;
-        if (r == regions.size()) return bad(fmt::format("page index for unknown region {}", idx.region()));
-        auto& h = hashes[static_cast<size_t>(r)];
-        if (idx.first_page() != h.size()) return bad("page index out of order");
-        h.insert(h.end(), idx.hashes().begin(), idx.hashes().end());
+      case RecordKind::kIndex:
+        GM_RETURN_IF_ERROR(OnIndex(fp, *rec));
         break;
-      }
-      case RecordKind::kFooter: {
-        v1::CheckpointFooter footer;
-        if (!footer.ParseFromArray(rec->body.data(), static_cast<int>(rec->body.size()))) {
-          return bad("footer does not decode");
-        }
-        if (footer.records() != records) {
-          return bad(fmt::format("footer counts {} records, the file has {}", footer.records(), records));
-        }
-        if (footer.frames() != frames) {
-          return bad(fmt::format("footer counts {} frames, the file has {}", footer.frames(), frames));
-        }
-        if (!have_prepare) return bad("no Prepare before the footer");
-        const v1::Prepare& p = file_prepare.prepare();
-        if (footer.final_round() != p.final_round() || footer.device_state_bytes() != p.device_state_bytes() ||
-            footer.digests_size() != p.digests_size()) {
-          return bad("footer disagrees with the Prepare");
-        }
-        for (int d = 0; d < p.digests_size(); ++d) {
-          if (footer.digests(d).region() != p.digests(d).region() || footer.digests(d).digest() != p.digests(d).digest()) {
-            return bad("footer's digests disagree with the Prepare's");
-          }
-        }
-        for (size_t s = 0; s < frames_.size(); ++s) {
-          if (static_cast<int>(s) >= footer.frames_per_stream_size() ||
-              footer.frames_per_stream(static_cast<int>(s)) != frames_[s].size()) {
-            return bad("footer's frames per stream disagree with the frames of the chain");
-          }
-        }
-        if (last) {
-          for (int r = 0; r < regions.size(); ++r) {
-            const uint64_t pages = (regions[r].size_bytes() + regions[r].page_size() - 1) / regions[r].page_size();
-            if (hashes[static_cast<size_t>(r)].size() != pages) {
-              return bad(fmt::format("page index holds {} pages of region {}, it has {}",
-                                     hashes[static_cast<size_t>(r)].size(), regions[r].name(), pages));
-            }
-          }
-          page_hashes_ = std::move(hashes);
-          *prepare = file_prepare;
-        } else {
-          // The next file must name this one, as it ends, as its base.
-          const auto& base = (*chain_)[index + 1]->manifest().base();
-          if (base.file_id() != f.header().file_id) {
-            return bad(fmt::format("{} names another file as its base", (*chain_)[index + 1]->path()));
-          }
-          if (base.digests_size() != footer.digests_size()) return bad("the next file's base digests differ");
-          for (int d = 0; d < footer.digests_size(); ++d) {
-            if (base.digests(d).digest() != footer.digests(d).digest()) {
-              return bad(fmt::format("{} was taken over a different state of this base",
-                                     (*chain_)[index + 1]->path()));
-            }
-          }
-        }
-        footer_ = footer;
+      case RecordKind::kFooter:
+        GM_RETURN_IF_ERROR(OnFooter(fp, *rec, prepare));
         break;
-      }
       case RecordKind::kManifest:
       case RecordKind::kInvalid:
-        return bad("unexpected record");
+        return Bad(fp, *rec, "unexpected record");
     }
-    ++records;
+    ++fp.records;
+  }
+  return Status::Ok();
+}
+
+// A frame goes to its data stream as it was recorded.
+Status Replayer::OnFrame(FilePass& fp, const Record& rec) {
+  auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(rec.body.data(),
+                                                                                 wire::kFrameHeaderBytes));
+  if (!h.ok()) return Bad(fp, rec, std::string(h.status().message()));
+  if (rec.body.size() != wire::kFrameHeaderBytes + uint64_t{h->payload_length} + wire::kFrameTagBytes) {
+    return Bad(fp, rec, fmt::format("frame record of {} bytes holds a frame of {}-byte payload", rec.body.size(),
+                                    h->payload_length));
+  }
+  if (h->stream_id >= streams_.data.size()) return Bad(fp, rec, fmt::format("frame on stream {}", h->stream_id));
+  frames_[h->stream_id].push_back({static_cast<uint32_t>(fp.index), rec.number, rec.offset});
+  GM_RETURN_IF_ERROR(streams_.data[h->stream_id]->WriteAll(rec.body)
+                         .WithContext(fmt::format("restore: {}", fp.f.Where(rec.number, rec.offset))));
+  ++fp.frames;
+  return Status::Ok();
+}
+
+// A RoundEnd is played to the destination (and answered); the Prepare is held.
+Status Replayer::OnControl(FilePass& fp, const Record& rec) {
+  v1::Envelope env;
+  if (!env.ParseFromArray(rec.body.data(), static_cast<int>(rec.body.size()))) {
+    return Bad(fp, rec, "control record does not decode");
+  }
+  if (env.has_round_end()) {
+    GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
+    return Await(v1::Envelope::kRoundApplied, "RoundApplied");
+  }
+  if (!env.has_prepare()) {
+    return Bad(fp, rec, fmt::format("unexpected {} in a control record", wire::EnvelopeKind(env)));
+  }
+  fp.prepare = env;
+  fp.have_prepare = true;
+  return Status::Ok();
+}
+
+// The last file's page index is kept (a later incremental checkpoint's base).
+Status Replayer::OnIndex(FilePass& fp, const Record& rec) {
+  if (!fp.have_prepare) return Bad(fp, rec, "page index before the Prepare");
+  v1::PageIndex idx;
+  if (!idx.ParseFromArray(rec.body.data(), static_cast<int>(rec.body.size()))) {
+    return Bad(fp, rec, "page index does not decode");
+  }
+  if (!fp.last) return Status::Ok();
+  const auto& regions = fp.f.manifest().session().regions();
+  int r = 0;
+  while (r < regions.size() && regions[r].id() != idx.region()) ++r;
+  if (r == regions.size()) return Bad(fp, rec, fmt::format("page index for unknown region {}", idx.region()));
+  auto& h = fp.hashes[static_cast<size_t>(r)];
+  if (idx.first_page() != h.size()) return Bad(fp, rec, "page index out of order");
+  h.insert(h.end(), idx.hashes().begin(), idx.hashes().end());
+  return Status::Ok();
+}
+
+// The footer must count what was read and agree with the Prepare; then the last
+// file hands over its Prepare and index, any other is checked as the next's base.
+Status Replayer::OnFooter(FilePass& fp, const Record& rec, v1::Envelope* prepare) {
+  v1::CheckpointFooter footer;
+  if (!footer.ParseFromArray(rec.body.data(), static_cast<int>(rec.body.size()))) {
+    return Bad(fp, rec, "footer does not decode");
+  }
+  if (footer.records() != fp.records) {
+    return Bad(fp, rec, fmt::format("footer counts {} records, the file has {}", footer.records(), fp.records));
+  }
+  if (footer.frames() != fp.frames) {
+    return Bad(fp, rec, fmt::format("footer counts {} frames, the file has {}", footer.frames(), fp.frames));
+  }
+  if (!fp.have_prepare) return Bad(fp, rec, "no Prepare before the footer");
+  const v1::Prepare& p = fp.prepare.prepare();
+  if (footer.final_round() != p.final_round() || footer.device_state_bytes() != p.device_state_bytes() ||
+      footer.digests_size() != p.digests_size()) {
+    return Bad(fp, rec, "footer disagrees with the Prepare");
+  }
+  for (int d = 0; d < p.digests_size(); ++d) {
+    if (footer.digests(d).region() != p.digests(d).region() || footer.digests(d).digest() != p.digests(d).digest()) {
+      return Bad(fp, rec, "footer's digests disagree with the Prepare's");
+    }
+  }
+  for (size_t s = 0; s < frames_.size(); ++s) {
+    if (static_cast<int>(s) >= footer.frames_per_stream_size() ||
+        footer.frames_per_stream(static_cast<int>(s)) != frames_[s].size()) {
+      return Bad(fp, rec, "footer's frames per stream disagree with the frames of the chain");
+    }
+  }
+  GM_RETURN_IF_ERROR(fp.last ? TakeIndex(fp, rec) : CheckNextBase(fp, rec, footer));
+  if (fp.last) *prepare = fp.prepare;
+  footer_ = footer;
+  return Status::Ok();
+}
+
+Status Replayer::TakeIndex(FilePass& fp, const Record& rec) {
+  const auto& regions = fp.f.manifest().session().regions();
+  for (int r = 0; r < regions.size(); ++r) {
+    const uint64_t pages = (regions[r].size_bytes() + regions[r].page_size() - 1) / regions[r].page_size();
+    if (fp.hashes[static_cast<size_t>(r)].size() != pages) {
+      return Bad(fp, rec, fmt::format("page index holds {} pages of region {}, it has {}",
+                                      fp.hashes[static_cast<size_t>(r)].size(), regions[r].name(), pages));
+    }
+  }
+  page_hashes_ = std::move(fp.hashes);
+  return Status::Ok();
+}
+
+// The next file must name this one, as it ends, as its base.
+Status Replayer::CheckNextBase(const FilePass& fp, const Record& rec, const v1::CheckpointFooter& footer) const {
+  const FileReader& next = *(*chain_)[fp.index + 1];
+  const auto& base = next.manifest().base();
+  if (base.file_id() != fp.f.header().file_id) {
+    return Bad(fp, rec, fmt::format("{} names another file as its base", next.path()));
+  }
+  if (base.digests_size() != footer.digests_size()) return Bad(fp, rec, "the next file's base digests differ");
+  for (int d = 0; d < footer.digests_size(); ++d) {
+    if (base.digests(d).digest() != footer.digests(d).digest()) {
+      return Bad(fp, rec, fmt::format("{} was taken over a different state of this base", next.path()));
+    }
   }
   return Status::Ok();
 }

@@ -46,7 +46,24 @@ class Replayer {
  private:
   Status Run();
   Status Replay();
+  // What one file's pass has read so far.
+  struct FilePass {
+    FileReader& f;
+    size_t index;
+    bool last;
+    uint64_t frames = 0, records = 1;  // the manifest was record 0
+    bool have_prepare = false;
+    wire::v1::Envelope prepare;
+    std::vector<std::vector<uint64_t>> hashes;  // last file: its page index, per region
+  };
   Status File(size_t index, bool last, wire::v1::Envelope* prepare);
+  Status OnFrame(FilePass& fp, const Record& rec);
+  Status OnControl(FilePass& fp, const Record& rec);
+  Status OnIndex(FilePass& fp, const Record& rec);
+  Status OnFooter(FilePass& fp, const Record& rec, wire::v1::Envelope* prepare);
+  Status TakeIndex(FilePass& fp, const Record& rec);
+  Status CheckNextBase(const FilePass& fp, const Record& rec, const wire::v1::CheckpointFooter& footer) const;
+  Status Bad(const FilePass& fp, const Record& rec, const std::string& why) const;
   Status Await(wire::v1::Envelope::MsgCase want, const char* what);
 
   std::vector<std::unique_ptr<FileReader>>* chain_;

@@ -4,6 +4,7 @@
 // size per GPU within its memory, a passthrough GPU owned by one VM).
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -147,17 +148,20 @@ std::string Slices(uint8_t mask) {
   return fmt::format("[{}, {})", lo, hi + 1);
 }
 
-Result<Vm> ParseVm(const Json& v, const std::string& path, const Inventory& inv,
-                   std::map<std::pair<std::string, uint32_t>, Held>& held) {
-  GM_RETURN_IF_ERROR(AsObject(v, path).status());
-  Vm vm;
-  GM_ASSIGN_OR_RETURN(vm.name, Required(ReadString(v, "name", path), Child(path, "name")));
-  if (vm.name.empty()) return KeyError(Child(path, "name"), "is empty");
-  GM_ASSIGN_OR_RETURN(vm.host, Required(ReadString(v, "host", path), Child(path, "host")));
-  const Host* host = inv.FindHost(vm.host);
-  if (!host) return KeyError(Child(path, "host"), fmt::format("unknown host '{}'", vm.host));
+using HeldMap = std::map<std::pair<std::string, uint32_t>, Held>;
 
-  const std::string gpath = Child(path, "gpus");
+// What placing one VM needs to know while its profile is checked.
+struct VmPlace {
+  Vm& vm;
+  const Host& host;
+  const GpuModel& model;
+  const std::vector<const Gpu*>& gpu_of;  // the VM's GPUs, in vm.gpus order
+  HeldMap& held;
+  std::string gpath, ppath, plpath;       // the keys errors name
+};
+
+// "gpus": known GPUs of the VM's host, each once, all of one model.
+Result<std::vector<const Gpu*>> ParseVmGpus(const Json& v, const std::string& gpath, const Host& host, Vm& vm) {
   const Json& gpus = Get(v, "gpus");
   if (!gpus.is_array() || gpus.empty()) return KeyError(gpath, "expected a non-empty array of GPU indices");
   std::vector<const Gpu*> gpu_of;
@@ -167,8 +171,8 @@ Result<Vm> ParseVm(const Json& v, const std::string& path, const Inventory& inv,
       return KeyError(gp, fmt::format("expected a GPU index, got {}", Describe(gpus[i])));
     }
     uint32_t idx = gpus[i].get<uint32_t>();
-    auto it = std::find_if(host->gpus.begin(), host->gpus.end(), [&](const Gpu& g) { return g.index == idx; });
-    if (it == host->gpus.end()) return KeyError(gp, fmt::format("host {} has no GPU {}", host->name, idx));
+    auto it = std::find_if(host.gpus.begin(), host.gpus.end(), [&](const Gpu& g) { return g.index == idx; });
+    if (it == host.gpus.end()) return KeyError(gp, fmt::format("host {} has no GPU {}", host.name, idx));
     if (std::find(vm.gpus.begin(), vm.gpus.end(), idx) != vm.gpus.end()) {
       return KeyError(gp, fmt::format("GPU {} is listed twice", idx));
     }
@@ -181,104 +185,114 @@ Result<Vm> ParseVm(const Json& v, const std::string& path, const Inventory& inv,
                                                    vm.gpus[i], gpu_of[i]->model, vm.gpus[0], gpu_of[0]->model));
     }
   }
-  const GpuModel& model = *FindGpuModel(gpu_of[0]->model);
+  return gpu_of;
+}
 
-  const std::string ppath = Child(path, "profile");
-  GM_ASSIGN_OR_RETURN(vm.profile, Required(ReadString(v, "profile", path), ppath));
-  GM_ASSIGN_OR_RETURN(auto placement, ReadInt(v, "placement", path, INT64_MIN, INT64_MAX));
-  const std::string plpath = Child(path, "placement");
-  auto require_mode = [&](GpuMode mode, const char* mode_name) -> Status {
-    for (size_t i = 0; i < gpu_of.size(); ++i) {
-      if (gpu_of[i]->mode != mode) {
-        return KeyError(ppath, fmt::format("'{}' needs a {} GPU, but {} GPU {} is in {} mode", vm.profile, mode_name,
-                                           host->name, vm.gpus[i],
-                                           gpu_of[i]->mode == GpuMode::kMig    ? "mig"
-                                           : gpu_of[i]->mode == GpuMode::kVgpu ? "vgpu"
-                                                                               : "passthrough"));
-      }
+std::string_view ModeName(GpuMode m) {
+  return m == GpuMode::kMig ? "mig" : m == GpuMode::kVgpu ? "vgpu" : "passthrough";
+}
+
+// Every GPU of the VM is in `mode`, the one its profile needs.
+Status RequireMode(const VmPlace& p, GpuMode mode) {
+  for (size_t i = 0; i < p.gpu_of.size(); ++i) {
+    if (p.gpu_of[i]->mode != mode) {
+      return KeyError(p.ppath, fmt::format("'{}' needs a {} GPU, but {} GPU {} is in {} mode", p.vm.profile,
+                                           ModeName(mode), p.host.name, p.vm.gpus[i], ModeName(p.gpu_of[i]->mode)));
     }
-    return Status::Ok();
-  };
-  if (vm.profile == "passthrough") {
-    vm.kind = SlotKind::kPassthrough;
-    GM_RETURN_IF_ERROR(require_mode(GpuMode::kPassthrough, "passthrough"));
-    if (placement) return KeyError(plpath, "only a MIG instance has a start slice; use null");
-    vm.bytes_per_gpu = model.memory_bytes;
-    for (uint32_t idx : vm.gpus) {
-      Held& h = held[{vm.host, idx}];
-      if (!h.passthrough_owner.empty()) {
-        return KeyError(gpath, fmt::format("{} GPU {} is already passed through to {}", vm.host, idx,
+  }
+  return Status::Ok();
+}
+
+Status PlacePassthrough(VmPlace& p, std::optional<int64_t> placement) {
+  p.vm.kind = SlotKind::kPassthrough;
+  GM_RETURN_IF_ERROR(RequireMode(p, GpuMode::kPassthrough));
+  if (placement) return KeyError(p.plpath, "only a MIG instance has a start slice; use null");
+  p.vm.bytes_per_gpu = p.model.memory_bytes;
+  for (uint32_t idx : p.vm.gpus) {
+    Held& h = p.held[{p.vm.host, idx}];
+    if (!h.passthrough_owner.empty()) {
+      return KeyError(p.gpath, fmt::format("{} GPU {} is already passed through to {}", p.vm.host, idx,
                                            h.passthrough_owner));
-      }
-      h.passthrough_owner = vm.name;
     }
-  } else if (vm.profile.rfind("vgpu:", 0) == 0) {
-    vm.kind = SlotKind::kVgpu;
-    GM_RETURN_IF_ERROR(require_mode(GpuMode::kVgpu, "vgpu"));
-    if (placement) return KeyError(plpath, "only a MIG instance has a start slice; use null");
-    auto size = ParseSize(std::string_view(vm.profile).substr(5));
-    if (!size.ok() || *size == 0) {
-      return KeyError(ppath, fmt::format("'{}': the vGPU frame buffer must be a positive size, e.g. vgpu:20GB",
+    h.passthrough_owner = p.vm.name;
+  }
+  return Status::Ok();
+}
+
+Status PlaceVgpu(VmPlace& p, std::optional<int64_t> placement) {
+  Vm& vm = p.vm;
+  vm.kind = SlotKind::kVgpu;
+  GM_RETURN_IF_ERROR(RequireMode(p, GpuMode::kVgpu));
+  if (placement) return KeyError(p.plpath, "only a MIG instance has a start slice; use null");
+  auto size = ParseSize(std::string_view(vm.profile).substr(5));
+  if (!size.ok() || *size == 0) {
+    return KeyError(p.ppath, fmt::format("'{}': the vGPU frame buffer must be a positive size, e.g. vgpu:20GB",
                                          vm.profile));
-    }
-    if (*size > model.memory_bytes) {
-      return KeyError(ppath, fmt::format("'{}' is larger than a {} ({})", vm.profile, model.name,
-                                         DecimalGB(model.memory_bytes)));
-    }
-    vm.bytes_per_gpu = *size;
-    for (uint32_t idx : vm.gpus) {
-      Held& h = held[{vm.host, idx}];
-      if (h.vgpus > 0 && h.vgpu_size != *size) {
-        return KeyError(ppath, fmt::format("{} GPU {} already holds vGPUs of {}: every vGPU on a time-sliced "
+  }
+  if (*size > p.model.memory_bytes) {
+    return KeyError(p.ppath, fmt::format("'{}' is larger than a {} ({})", vm.profile, p.model.name,
+                                         DecimalGB(p.model.memory_bytes)));
+  }
+  vm.bytes_per_gpu = *size;
+  for (uint32_t idx : vm.gpus) {
+    Held& h = p.held[{vm.host, idx}];
+    if (h.vgpus > 0 && h.vgpu_size != *size) {
+      return KeyError(p.ppath, fmt::format("{} GPU {} already holds vGPUs of {}: every vGPU on a time-sliced "
                                            "GPU has the same size",
                                            vm.host, idx, DecimalGB(h.vgpu_size)));
-      }
-      if ((h.vgpus + 1) * *size > model.memory_bytes) {
-        return KeyError(ppath, fmt::format("{} GPU {} would hold {} vGPUs of {}: more than its {}", vm.host, idx,
-                                           h.vgpus + 1, DecimalGB(*size), DecimalGB(model.memory_bytes)));
-      }
-      h.vgpu_size = *size;
-      ++h.vgpus;
     }
-  } else {
-    vm.kind = SlotKind::kMig;
-    const MigProfile* prof = model.FindMigProfile(vm.profile);
-    if (!prof) {
-      return KeyError(ppath, fmt::format("unknown profile '{}' for {} (MIG: {}; or vgpu:SIZE, passthrough)",
-                                         vm.profile, model.name, model.MigProfileNames()));
+    if ((h.vgpus + 1) * *size > p.model.memory_bytes) {
+      return KeyError(p.ppath, fmt::format("{} GPU {} would hold {} vGPUs of {}: more than its {}", vm.host, idx,
+                                           h.vgpus + 1, DecimalGB(*size), DecimalGB(p.model.memory_bytes)));
     }
-    GM_RETURN_IF_ERROR(require_mode(GpuMode::kMig, "mig"));
-    if (vm.gpus.size() != 1) return KeyError(gpath, "a MIG instance lives on exactly one GPU");
-    if (!placement) return KeyError(plpath, fmt::format("missing: the start slice of the {} instance", vm.profile));
-    if (*placement < 0 || !prof->ValidStart(static_cast<uint32_t>(*placement))) {
-      std::string starts;
-      for (uint32_t s = 0; s < 8; ++s) {
-        if (prof->ValidStart(s)) starts += fmt::format("{}{}", starts.empty() ? "" : " ", s);
-      }
-      return KeyError(plpath, fmt::format("slot {} is not a valid start for {} (valid: {})", *placement, vm.profile,
-                                          starts));
-    }
-    vm.placement = static_cast<uint32_t>(*placement);
-    vm.bytes_per_gpu = prof->bytes;
-    Held& h = held[{vm.host, vm.gpus[0]}];
-    uint8_t mask = prof->Mask(*vm.placement);
-    if (h.mask & mask) {
-      for (const auto& [other, omask] : h.owners) {
-        if (omask & mask) {
-          return KeyError(plpath, fmt::format("slices {} of {} GPU {} overlap {}'s slices {}", Slices(mask), vm.host,
-                                              vm.gpus[0], other, Slices(omask)));
-        }
-      }
-    }
-    if (h.instances + 1 > model.mig_max_instances) {
-      return KeyError(plpath, fmt::format("{} GPU {} would hold {} MIG instances: at most {}", vm.host, vm.gpus[0],
-                                          h.instances + 1, model.mig_max_instances));
-    }
-    h.mask = static_cast<uint8_t>(h.mask | mask);
-    ++h.instances;
-    h.owners.emplace_back(vm.name, mask);
+    h.vgpu_size = *size;
+    ++h.vgpus;
   }
+  return Status::Ok();
+}
 
+// A MIG instance: a valid start slice on one GPU, overlapping no other instance.
+Status PlaceMig(VmPlace& p, std::optional<int64_t> placement) {
+  Vm& vm = p.vm;
+  vm.kind = SlotKind::kMig;
+  const MigProfile* prof = p.model.FindMigProfile(vm.profile);
+  if (!prof) {
+    return KeyError(p.ppath, fmt::format("unknown profile '{}' for {} (MIG: {}; or vgpu:SIZE, passthrough)",
+                                         vm.profile, p.model.name, p.model.MigProfileNames()));
+  }
+  GM_RETURN_IF_ERROR(RequireMode(p, GpuMode::kMig));
+  if (vm.gpus.size() != 1) return KeyError(p.gpath, "a MIG instance lives on exactly one GPU");
+  if (!placement) return KeyError(p.plpath, fmt::format("missing: the start slice of the {} instance", vm.profile));
+  if (*placement < 0 || !prof->ValidStart(static_cast<uint32_t>(*placement))) {
+    std::string starts;
+    for (uint32_t s = 0; s < 8; ++s) {
+      if (prof->ValidStart(s)) starts += fmt::format("{}{}", starts.empty() ? "" : " ", s);
+    }
+    return KeyError(p.plpath, fmt::format("slot {} is not a valid start for {} (valid: {})", *placement, vm.profile,
+                                          starts));
+  }
+  vm.placement = static_cast<uint32_t>(*placement);
+  vm.bytes_per_gpu = prof->bytes;
+  Held& h = p.held[{vm.host, vm.gpus[0]}];
+  uint8_t mask = prof->Mask(*vm.placement);
+  for (const auto& [other, omask] : h.owners) {
+    if (omask & mask) {
+      return KeyError(p.plpath, fmt::format("slices {} of {} GPU {} overlap {}'s slices {}", Slices(mask), vm.host,
+                                            vm.gpus[0], other, Slices(omask)));
+    }
+  }
+  if (h.instances + 1 > p.model.mig_max_instances) {
+    return KeyError(p.plpath, fmt::format("{} GPU {} would hold {} MIG instances: at most {}", vm.host, vm.gpus[0],
+                                          h.instances + 1, p.model.mig_max_instances));
+  }
+  h.mask = static_cast<uint8_t>(h.mask | mask);
+  ++h.instances;
+  h.owners.emplace_back(vm.name, mask);
+  return Status::Ok();
+}
+
+// class, group, uvm, max_stun and estimate: what follows the VM's placement.
+Status ParseVmRest(const Json& v, const std::string& path, const Inventory& inv, Vm& vm) {
   GM_ASSIGN_OR_RETURN(std::string cls, Required(ReadString(v, "class", path), Child(path, "class")));
   GM_ASSIGN_OR_RETURN(vm.vm_class, ParseClass(cls, Child(path, "class")));
   GM_ASSIGN_OR_RETURN(auto group, ReadString(v, "group", path));
@@ -297,6 +311,32 @@ Result<Vm> ParseVm(const Json& v, const std::string& path, const Inventory& inv,
   if (!est.is_null()) {
     GM_ASSIGN_OR_RETURN(vm.estimate, ParseVmEstimate(est, Child(path, "estimate")));
   }
+  return Status::Ok();
+}
+
+Result<Vm> ParseVm(const Json& v, const std::string& path, const Inventory& inv, HeldMap& held) {
+  GM_RETURN_IF_ERROR(AsObject(v, path).status());
+  Vm vm;
+  GM_ASSIGN_OR_RETURN(vm.name, Required(ReadString(v, "name", path), Child(path, "name")));
+  if (vm.name.empty()) return KeyError(Child(path, "name"), "is empty");
+  GM_ASSIGN_OR_RETURN(vm.host, Required(ReadString(v, "host", path), Child(path, "host")));
+  const Host* host = inv.FindHost(vm.host);
+  if (!host) return KeyError(Child(path, "host"), fmt::format("unknown host '{}'", vm.host));
+  const std::string gpath = Child(path, "gpus");
+  GM_ASSIGN_OR_RETURN(std::vector<const Gpu*> gpu_of, ParseVmGpus(v, gpath, *host, vm));
+
+  VmPlace place{vm, *host, *FindGpuModel(gpu_of[0]->model), gpu_of, held, gpath, Child(path, "profile"),
+                Child(path, "placement")};
+  GM_ASSIGN_OR_RETURN(vm.profile, Required(ReadString(v, "profile", path), place.ppath));
+  GM_ASSIGN_OR_RETURN(auto placement, ReadInt(v, "placement", path, INT64_MIN, INT64_MAX));
+  if (vm.profile == "passthrough") {
+    GM_RETURN_IF_ERROR(PlacePassthrough(place, placement));
+  } else if (vm.profile.rfind("vgpu:", 0) == 0) {
+    GM_RETURN_IF_ERROR(PlaceVgpu(place, placement));
+  } else {
+    GM_RETURN_IF_ERROR(PlaceMig(place, placement));
+  }
+  GM_RETURN_IF_ERROR(ParseVmRest(v, path, inv, vm));
   return vm;
 }
 
@@ -342,7 +382,7 @@ Result<Inventory> ParseInventory(std::string_view text) {
   }
   const Json& vms = ArrayAt(root, "vms", &ok);
   if (!ok) return KeyError("vms", "expected an array of VMs");
-  std::map<std::pair<std::string, uint32_t>, Held> held;
+  HeldMap held;
   std::set<std::string> names;
   for (size_t i = 0; !vms.is_null() && i < vms.size(); ++i) {
     GM_ASSIGN_OR_RETURN(Vm vm, ParseVm(vms[i], Index("vms", i), inv, held));

@@ -257,6 +257,21 @@ std::string Slices(uint8_t mask) {
   return fmt::format("{}", fmt::join(s, " "));
 }
 
+// "; h2 has H100 GPUs but is in maintenance, so not a target": hosts left out as
+// targets although they have the model, or "".
+std::string MaintenanceNote(const std::vector<Host>& hosts, const SlotNeed& need) {
+  std::vector<std::string> maintenance;
+  for (const Host& h : hosts) {
+    if (!h.maintenance) continue;
+    bool has = std::any_of(h.gpus.begin(), h.gpus.end(), [&](const Gpu& g) { return g.model == need.model->name; });
+    if (has) maintenance.push_back(h.name);
+  }
+  if (maintenance.empty()) return "";
+  return fmt::format("; {} {} {} GPUs but {} in maintenance, so not a target", fmt::join(maintenance, ", "),
+                     maintenance.size() == 1 ? "has" : "have", need.model->name,
+                     maintenance.size() == 1 ? "is" : "are");
+}
+
 }  // namespace
 
 std::string ShortfallText(const Fleet& fleet, const SlotNeed& need) {
@@ -291,22 +306,11 @@ std::string ShortfallText(const Fleet& fleet, const SlotNeed& need) {
       }
     }
   }
-  // Hosts left out as targets because they are in maintenance, where the model is.
-  std::vector<std::string> maintenance;
-  for (const Host& h : hosts) {
-    if (!h.maintenance) continue;
-    bool has = std::any_of(h.gpus.begin(), h.gpus.end(), [&](const Gpu& g) { return g.model == need.model->name; });
-    if (has) maintenance.push_back(h.name);
-  }
-  std::string skipped = maintenance.empty()
-                            ? ""
-                            : fmt::format("; {} {} {} GPUs but {} in maintenance, so not a target",
-                                          fmt::join(maintenance, ", "), maintenance.size() == 1 ? "has" : "have",
-                                          need.model->name, maintenance.size() == 1 ? "is" : "are");
+  const std::string skipped = MaintenanceNote(hosts, need);
   if (names.empty() && too_slow > 0) return "no target with a link fast enough for its stun";
   if (names.empty()) {
     return fmt::format("no slot for it: there is no target host{}{}",
-                       maintenance.empty() ? " (the inventory has no other host)" : "", skipped);
+                       skipped.empty() ? " (the inventory has no other host)" : "", skipped);
   }
   const std::string where = fmt::format("on the targets{} ({})", too_slow ? " where its stun fits" : "",
                                         fmt::join(names, ", "));

@@ -364,7 +364,8 @@ class Planner {
     }
   }
 
-  Plan Finish() {
+  // One schedulable job per migration or drain-and-replace (w.job indexes it).
+  std::vector<Job> MakeJobs() {
     std::vector<Job> jobs;
     for (Work& w : work_) {
       Job job;
@@ -391,6 +392,12 @@ class Planner {
       w.job = static_cast<int32_t>(jobs.size());
       jobs.push_back(std::move(job));
     }
+    return jobs;
+  }
+
+  // Schedules the jobs under the hosts' and groups' limits; each migration then
+  // takes the bandwidth and stun of its place in the schedule.
+  ScheduleResult ScheduleJobs(const std::vector<Job>& jobs) {
     std::vector<HostLimit> limits_of_hosts;
     for (const Host& h : inv_.hosts) limits_of_hosts.push_back({h.max_migrations, h.link_bytes_per_s});
     std::vector<GroupLimit> limits;
@@ -404,7 +411,79 @@ class Planner {
       w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
       w.at.stun_ms = static_cast<double>(jt.t.stun_ms);  // the text says what the JSON does
     }
+    return sched;
+  }
 
+  // The plan's line for one VM, with its times, target and reason.
+  PlannedAction ActionOf(const Work& w, const ScheduleResult& sched, int64_t plan_total_ms) const {
+    PlannedAction a;
+    a.vm = w.vm->name;
+    a.action = w.action;
+    if (w.job >= 0) {
+      const JobTiming& jt = sched.pipelined.jobs[w.job];
+      a.start_ms = jt.start_ms;
+      a.end_ms = jt.start_ms + jt.t.duration_ms;
+    }
+    if (w.slot) {
+      const Host& t = inv_.hosts[w.slot->host];
+      Target to{t.name, {}, w.slot->start};
+      for (uint32_t pos : w.slot->gpu_pos) to.gpus.push_back(t.gpus[pos].index);
+      a.to = std::move(to);
+    }
+    switch (w.action) {
+      case Action::kLiveMigrate:
+        a.predicted_stun_ms = sched.pipelined.jobs[w.job].t.stun_ms;
+        a.bandwidth_bytes_per_s = w.bw;
+        a.link_shared_with = w.shared_with;
+        a.link_alone = w.alone;
+        a.stun_basis = w.at.basis;
+        a.reason = MigrateText(w);
+        break;
+      case Action::kDrainAndReplace: {
+        const Group& g = group(w);
+        a.reason = fmt::format("{}; stateless replica of group {}: a replacement starts on {} (ready after {}), "
+                               "then this one drains ({}); {} keeps at least {} serving throughout",
+                               w.why, g.name, a.to->host, Seconds(Ms(g.replica_start)), Seconds(Ms(g.drain)),
+                               g.name, g.min_serving);
+        break;
+      }
+      case Action::kPowerOff:
+        a.start_ms = a.end_ms = plan_total_ms;
+        a.reason = fmt::format("{}; powered off at {} once the other actions are done, so it serves as long as "
+                               "possible (allowed by {})",
+                               w.why, Seconds(static_cast<double>(plan_total_ms)),
+                               opts_.allow_power_off ? "--allow-power-off" : "policy.allow_power_off");
+        break;
+      case Action::kBlocked:
+        a.predicted_stun_ms = w.at_alone.basis.empty() ? 0 : CeilMs(w.at_alone.stun_ms);
+        a.reason = w.why;
+        break;
+    }
+    return a;
+  }
+
+  // Feasible when nothing is blocked; else why, with any capacity shortfall first.
+  void SetFeasibility(Plan& plan) const {
+    std::vector<std::string> blocked, short_of;
+    for (const Work& w : work_) {
+      if (w.action != Action::kBlocked) continue;
+      blocked.push_back(fmt::format("{}: {}", w.vm->name, w.why));
+      if (w.placement_failed && !w.vm->uvm && !w.link_only) {
+        short_of.push_back(fmt::format("{} ({})", w.vm->name, w.vm->profile));
+      }
+    }
+    plan.feasible = blocked.empty();
+    if (plan.feasible) return;
+    std::string capacity =
+        short_of.empty() ? ""
+                         : fmt::format("capacity shortfall: the hosts that remain cannot absorb {} of {}'s VMs ({}); ",
+                                       short_of.size(), plan.host, fmt::format("{}", fmt::join(short_of, ", ")));
+    plan.reason = fmt::format("{}{} of {} VMs blocked: {}", capacity, blocked.size(), plan.actions.size(),
+                              fmt::join(blocked, "; "));
+  }
+
+  Plan Finish() {
+    ScheduleResult sched = ScheduleJobs(MakeJobs());
     Plan plan;
     plan.host = source().name;
     plan.total_ms = sched.pipelined.total_ms;
@@ -412,66 +491,8 @@ class Planner {
     plan.search_exact = search_exact_;
     plan.search_evaluations = evaluations_;
     plan.used_batched = sched.used_batched;
-    std::vector<std::string> blocked, short_of;
-    for (Work& w : work_) {
-      PlannedAction a;
-      a.vm = w.vm->name;
-      a.action = w.action;
-      if (w.job >= 0) {
-        const JobTiming& jt = sched.pipelined.jobs[w.job];
-        a.start_ms = jt.start_ms;
-        a.end_ms = jt.start_ms + jt.t.duration_ms;
-      }
-      if (w.slot) {
-        const Host& t = inv_.hosts[w.slot->host];
-        Target to{t.name, {}, w.slot->start};
-        for (uint32_t pos : w.slot->gpu_pos) to.gpus.push_back(t.gpus[pos].index);
-        a.to = std::move(to);
-      }
-      switch (w.action) {
-        case Action::kLiveMigrate: {
-          a.predicted_stun_ms = sched.pipelined.jobs[w.job].t.stun_ms;
-          a.bandwidth_bytes_per_s = w.bw;
-          a.link_shared_with = w.shared_with;
-          a.link_alone = w.alone;
-          a.stun_basis = w.at.basis;
-          a.reason = MigrateText(w);
-          break;
-        }
-        case Action::kDrainAndReplace: {
-          const Group& g = group(w);
-          a.reason = fmt::format("{}; stateless replica of group {}: a replacement starts on {} (ready after {}), "
-                                 "then this one drains ({}); {} keeps at least {} serving throughout",
-                                 w.why, g.name, a.to->host, Seconds(Ms(g.replica_start)), Seconds(Ms(g.drain)),
-                                 g.name, g.min_serving);
-          break;
-        }
-        case Action::kPowerOff:
-          a.start_ms = a.end_ms = plan.total_ms;
-          a.reason = fmt::format("{}; powered off at {} once the other actions are done, so it serves as long as "
-                                 "possible (allowed by {})",
-                                 w.why, Seconds(static_cast<double>(plan.total_ms)),
-                                 opts_.allow_power_off ? "--allow-power-off" : "policy.allow_power_off");
-          break;
-        case Action::kBlocked:
-          a.predicted_stun_ms = w.at_alone.basis.empty() ? 0 : CeilMs(w.at_alone.stun_ms);
-          a.reason = w.why;
-          blocked.push_back(fmt::format("{}: {}", a.vm, w.why));
-          if (w.placement_failed && !w.vm->uvm && !w.link_only) short_of.push_back(fmt::format("{} ({})", a.vm, w.vm->profile));
-          break;
-      }
-      plan.actions.push_back(std::move(a));
-    }
-    plan.feasible = blocked.empty();
-    if (!plan.feasible) {
-      std::string capacity =
-          short_of.empty() ? ""
-                           : fmt::format("capacity shortfall: the hosts that remain cannot absorb {} of {}'s VMs "
-                                         "({}); ",
-                                         short_of.size(), plan.host, fmt::format("{}", fmt::join(short_of, ", ")));
-      plan.reason = fmt::format("{}{} of {} VMs blocked: {}", capacity, blocked.size(), plan.actions.size(),
-                                fmt::join(blocked, "; "));
-    }
+    for (const Work& w : work_) plan.actions.push_back(ActionOf(w, sched, plan.total_ms));
+    SetFeasibility(plan);
     return plan;
   }
 
