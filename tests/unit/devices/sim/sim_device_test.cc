@@ -79,11 +79,18 @@ TEST(SimDevice, LayoutAndInitialContents) {
 }
 
 TEST(SimDevice, TrackerReportsWorkloadWritesButNeverWeights) {
-  auto dev = Make("sim:size=32MiB,hot=2MiB,kv_rate=64MiB/s,page=16KiB,step=2ms", SimRole::kSource);
+  const std::string spec = "sim:size=32MiB,hot=2MiB,kv_rate=64MiB/s,page=16KiB,step=2ms";
+  auto dev = Make(spec, SimRole::kSource);
   DirtyTracker* t = dev->Tracker();
   ASSERT_NE(t, nullptr);
   ASSERT_TRUE(t->Start().ok());
+  // Two whole steps after Start (every layer's kernel ran at least once since),
+  // however slowly a loaded machine schedules the workload: a fixed sleep was
+  // flaky under load.
+  const uint64_t until = dev->KernelsRun() + 2 * ParseSimSpec(spec)->layers;
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  for (int i = 0; i < 10000 && dev->KernelsRun() < until; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GE(dev->KernelsRun(), until) << "the workload ran no steps in 10 s";
   std::vector<DirtyBitmap> maps;
   for (const auto& r : dev->Regions()) {
     maps.emplace_back(r.pages());
