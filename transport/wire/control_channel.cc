@@ -1,5 +1,6 @@
 #include "transport/wire/control_channel.h"
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -52,15 +53,25 @@ Result<v1::Envelope> RecvEnvelope(Stream& stream) {
   return env;
 }
 
-Status CheckHello(const v1::Hello& hello) {
-  uint32_t v = hello.protocol_version();
-  if (v < kOldestProtocolVersion || v > kProtocolVersion) {
-    return InvalidArgument(fmt::format(
-        "handshake failed: peer speaks protocol version {}, this build speaks version {} and accepts {}..{}", v,
-        kProtocolVersion, kOldestProtocolVersion, kProtocolVersion));
+Result<uint32_t> NegotiateProtocol(const v1::Hello& peer) {
+  const uint32_t newest = peer.protocol_version();
+  const uint32_t oldest = peer.oldest_protocol_version() == 0 ? newest : peer.oldest_protocol_version();
+  if (newest == 0 || oldest > newest) {
+    return InvalidArgument(fmt::format("handshake failed: the peer's Hello names protocol versions {}..{}", oldest,
+                                       newest));
   }
-  return Status::Ok();
+  const uint32_t common = std::min(newest, kProtocolVersion);
+  if (common >= std::max(oldest, kOldestProtocolVersion)) return common;
+  auto range = [](uint32_t lo, uint32_t hi) { return lo == hi ? fmt::format("{}", lo) : fmt::format("{}..{}", lo, hi); };
+  const std::string product = peer.product_version().empty() ? "" : fmt::format(" (gpumigrate {})", peer.product_version());
+  return InvalidArgument(fmt::format(
+      "handshake failed: the peer{} speaks protocol version {}, this build (gpumigrate {}) speaks version {}: no "
+      "version in common; upgrade {}",
+      product, range(oldest, newest), GPUMIGRATE_VERSION, range(kOldestProtocolVersion, kProtocolVersion),
+      newest < kOldestProtocolVersion ? "the peer" : "this build"));
 }
+
+Status CheckHello(const v1::Hello& hello) { return NegotiateProtocol(hello).status(); }
 
 std::string EnvelopeKind(const v1::Envelope& env) {
   switch (env.msg_case()) {
@@ -82,6 +93,8 @@ v1::Envelope MakeHello(std::string_view product_version, const std::vector<std::
   v1::Envelope env;
   auto* h = env.mutable_hello();
   h->set_protocol_version(kProtocolVersion);
+  // Left unset while it equals protocol_version, so a 1.x Hello keeps its bytes.
+  if (kOldestProtocolVersion != kProtocolVersion) h->set_oldest_protocol_version(kOldestProtocolVersion);
   h->set_product_version(std::string(product_version));
   for (const auto& c : capabilities) h->add_capabilities(c);
   return env;

@@ -4,8 +4,8 @@
 //
 // The length is checked against kMaxControlMessageBytes before anything is read
 // or allocated; an envelope with no message set, or with an enum at 0
-// (unspecified), is rejected. Protocol versions: a peer accepts its own and the
-// previous one.
+// (unspecified), is rejected. Protocol versions: each Hello carries the range a
+// peer speaks; both sides speak the newest version in both ranges.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,11 @@ constexpr const char* kCapShuffleZstd = "codec:shuffle16-zstd";
 Status SendEnvelope(Stream& stream, const v1::Envelope& env);
 Result<v1::Envelope> RecvEnvelope(Stream& stream);
 
-// Checks a peer's Hello; the error names both versions.
+// The protocol version to speak with a peer whose Hello this is: the newest in
+// both its range and ours. When the ranges do not meet, InvalidArgument naming
+// both ranges and both product versions, and which side to upgrade.
+Result<uint32_t> NegotiateProtocol(const v1::Hello& peer);
+// NegotiateProtocol without the version (every peer speaks 1 today).
 Status CheckHello(const v1::Hello& hello);
 
 std::string EnvelopeKind(const v1::Envelope& env);
