@@ -1,0 +1,68 @@
+#include "engine/devices/vfio/iova_bitmap.h"
+
+#include <algorithm>
+#include <bit>
+
+#include <fmt/format.h>
+
+namespace gpumigrate::vfio {
+namespace {
+
+// ORs `n` hardware-page bits (chunk-relative) into `out`, starting at hardware
+// page `first` of the region; `ratio` hardware pages make one engine page.
+void Fold(const std::vector<uint64_t>& bits, uint64_t n, uint64_t first, uint64_t ratio, DirtyBitmap& out) {
+  const uint64_t words = (n + 63) / 64;
+  if (ratio == 1) {  // first is a multiple of 64 (kChunkPages is): whole words
+    auto& o = out.words();
+    for (uint64_t w = 0; w < words; ++w) {
+      uint64_t v = bits[w];
+      if (w == words - 1 && (n & 63) != 0) v &= (uint64_t{1} << (n & 63)) - 1;
+      o[first / 64 + w] |= v;
+    }
+    return;
+  }
+  for (uint64_t w = 0; w < words; ++w) {
+    for (uint64_t v = bits[w]; v != 0; v &= v - 1) {
+      uint64_t b = w * 64 + static_cast<uint64_t>(std::countr_zero(v));
+      if (b < n) out.Set((first + b) / ratio);
+    }
+  }
+}
+
+}  // namespace
+
+Result<std::vector<HwRegion>> PrepareRegions(std::vector<IovaRegion> regions, std::string_view who) {
+  std::vector<HwRegion> out;
+  for (const auto& r : regions) {
+    if (r.size == 0 || r.page_size == 0 || ((r.iova | r.size | r.page_size) & (kIommuPage - 1)) != 0) {
+      return InvalidArgument(fmt::format(
+          "{}: region {} (iova {:#x}, size {:#x}, page {:#x}) is not made of whole 4 KiB IOMMU pages", who, r.id,
+          r.iova, r.size, r.page_size));
+    }
+    if (r.iova + r.size < r.iova) return InvalidArgument(fmt::format("{}: region {} wraps the IOVA space", who, r.id));
+    const uint64_t all = r.iova | r.size | r.page_size;
+    out.push_back(HwRegion{r, all & (~all + 1)});  // the lowest set bit: largest common power of two
+  }
+  return out;
+}
+
+const HwRegion* FindRegion(const std::vector<HwRegion>& regions, uint32_t id) {
+  for (const auto& h : regions) {
+    if (h.r.id == id) return &h;
+  }
+  return nullptr;
+}
+
+Status ReadRegionBitmap(const HwRegion& h, const ReadDirty& read, std::vector<uint64_t>& scratch, DirtyBitmap& out) {
+  const uint64_t hw_pages = h.r.size / h.hw_page;
+  const uint64_t ratio = h.r.page_size / h.hw_page;
+  for (uint64_t first = 0; first < hw_pages; first += kChunkPages) {
+    const uint64_t n = std::min(kChunkPages, hw_pages - first);
+    scratch.assign((n + 63) / 64, 0);  // the kernel only sets bits
+    GM_RETURN_IF_ERROR(read(h.r.iova + first * h.hw_page, n * h.hw_page, h.hw_page, scratch.data()));
+    Fold(scratch, n, first, ratio, out);
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpumigrate::vfio
