@@ -15,7 +15,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/devices/vfio/iommufd_compat.h"
 #include "engine/devices/vfio/iova_bitmap.h"
 #include "gpumigrate/iommu_tracking.h"
 #include "gpumigrate/stats.h"
@@ -45,18 +44,12 @@ struct Setup {
 
   explicit Setup(uint64_t size) {
     fd = k.Install(iommu);
-    iommu_ioas_alloc a{};
-    a.size = sizeof a;
-    iommu_ioas_map m{};
-    m.size = sizeof m;
-    m.flags = IOMMU_IOAS_MAP_FIXED_IOVA | IOMMU_IOAS_MAP_WRITEABLE;
-    m.user_va = 0x7f0000000000;
-    m.length = size;
-    m.iova = kIova;
-    if (k.Ioctl(fd, IOMMU_IOAS_ALLOC, &a) != 0) Die(Internal("IOAS_ALLOC"));
-    m.ioas_id = a.out_ioas_id;
-    if (k.Ioctl(fd, IOMMU_IOAS_MAP, &m) != 0) Die(Internal("IOAS_MAP"));
-    auto h = AllocDirtyTrackingHwpt(k, fd, vfio::fake::FakeIommufd::kDevId, a.out_ioas_id);
+    uint32_t ioas = 0;
+    if (int rc = vfio::fake::IoasAlloc(k, fd, &ioas); rc != 0) Die(Status::FromErrno(rc, "IOMMU_IOAS_ALLOC"));
+    if (int rc = vfio::fake::IoasMapFixed(k, fd, ioas, kIova, size); rc != 0) {
+      Die(Status::FromErrno(rc, "IOMMU_IOAS_MAP"));
+    }
+    auto h = AllocDirtyTrackingHwpt(k, fd, vfio::fake::FakeIommufd::kDevId, ioas);
     if (!h.ok()) Die(h.status());
     hwpt = *h;
     if (iommu->AttachDevice(hwpt) != 0) Die(Internal("attach"));

@@ -65,10 +65,7 @@ class DmaLoggingTracker : public DirtyTracker {
   }
 
   Status Sync(uint32_t region, DirtyBitmap& out) override {
-    const HwRegion* h = vfio::FindRegion(regions_, region);
-    if (h == nullptr) return InvalidArgument(fmt::format("dma-logging: region {} is not tracked", region));
-    if (out.pages() != h->r.pages()) return InvalidArgument("dma-logging: bitmap size does not match the region");
-    if (!started_) return FailedPrecondition("dma-logging: Sync before Start");
+    GM_ASSIGN_OR_RETURN(const HwRegion* h, vfio::SyncTarget(regions_, region, out, started_, "dma-logging"));
     auto read = [&](uint64_t iova, uint64_t length, uint64_t page_size, uint64_t* data) {
       vfio_device_feature_dma_logging_report r{};
       r.iova = iova;

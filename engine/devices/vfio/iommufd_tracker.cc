@@ -29,10 +29,7 @@ class IommufdTracker : public DirtyTracker {
   }
 
   Status Sync(uint32_t region, DirtyBitmap& out) override {
-    const HwRegion* h = vfio::FindRegion(regions_, region);
-    if (h == nullptr) return InvalidArgument(fmt::format("iommufd: region {} is not tracked", region));
-    if (out.pages() != h->r.pages()) return InvalidArgument("iommufd: bitmap size does not match the region");
-    if (!started_) return FailedPrecondition("iommufd: Sync before Start");
+    GM_ASSIGN_OR_RETURN(const HwRegion* h, vfio::SyncTarget(regions_, region, out, started_, "iommufd"));
     auto read = [&](uint64_t iova, uint64_t length, uint64_t page_size, uint64_t* data) {
       iommu_hwpt_get_dirty_bitmap g{};
       g.size = sizeof g;

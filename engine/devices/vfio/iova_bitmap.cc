@@ -46,11 +46,15 @@ Result<std::vector<HwRegion>> PrepareRegions(std::vector<IovaRegion> regions, st
   return out;
 }
 
-const HwRegion* FindRegion(const std::vector<HwRegion>& regions, uint32_t id) {
+Result<const HwRegion*> SyncTarget(const std::vector<HwRegion>& regions, uint32_t id, const DirtyBitmap& out,
+                                   bool started, std::string_view who) {
   for (const auto& h : regions) {
-    if (h.r.id == id) return &h;
+    if (h.r.id != id) continue;
+    if (out.pages() != h.r.pages()) return InvalidArgument(fmt::format("{}: bitmap size does not match the region", who));
+    if (!started) return FailedPrecondition(fmt::format("{}: Sync before Start", who));
+    return &h;
   }
-  return nullptr;
+  return InvalidArgument(fmt::format("{}: region {} is not tracked", who, id));
 }
 
 Status ReadRegionBitmap(const HwRegion& h, const ReadDirty& read, std::vector<uint64_t>& scratch, DirtyBitmap& out) {

@@ -32,7 +32,10 @@ struct HwRegion {
 
 // Checks each region and picks its hardware page size; `who` prefixes errors.
 Result<std::vector<HwRegion>> PrepareRegions(std::vector<IovaRegion> regions, std::string_view who);
-const HwRegion* FindRegion(const std::vector<HwRegion>& regions, uint32_t id);
+// What every Sync checks before asking the kernel: the region is tracked, `out`
+// has its page count, and tracking has started.
+Result<const HwRegion*> SyncTarget(const std::vector<HwRegion>& regions, uint32_t id, const DirtyBitmap& out,
+                                   bool started, std::string_view who);
 
 // One kernel call: OR the dirty bits of [iova, iova + length) at page_size into
 // `data` (zeroed by the caller), clearing them in the IOMMU or device.

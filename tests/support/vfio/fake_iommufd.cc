@@ -178,4 +178,23 @@ uint64_t FakeIommufd::DmaWrite(uint64_t iova, uint64_t len) {
   return faulted;
 }
 
+int IoasAlloc(Kernel& k, int iommufd, uint32_t* ioas_id) {
+  iommu_ioas_alloc a{};
+  a.size = sizeof a;
+  int rc = k.Ioctl(iommufd, IOMMU_IOAS_ALLOC, &a);
+  *ioas_id = a.out_ioas_id;
+  return rc;
+}
+
+int IoasMapFixed(Kernel& k, int iommufd, uint32_t ioas_id, uint64_t iova, uint64_t length) {
+  iommu_ioas_map m{};
+  m.size = sizeof m;
+  m.flags = IOMMU_IOAS_MAP_FIXED_IOVA | IOMMU_IOAS_MAP_READABLE | IOMMU_IOAS_MAP_WRITEABLE;
+  m.ioas_id = ioas_id;
+  m.user_va = 0x7f0000000000;  // the fake maps no memory: any page-aligned address
+  m.length = length;
+  m.iova = iova;
+  return k.Ioctl(iommufd, IOMMU_IOAS_MAP, &m);
+}
+
 }  // namespace gpumigrate::vfio::fake

@@ -98,4 +98,10 @@ class FakeIommufd final : public File {
   std::atomic<uint64_t> faults_{0};
 };
 
+// Setting up an IO address space through the seam, as a VMM does before the
+// tracker sees it (tests and perf/vfio_bitmap): 0 or -errno, as the ioctl.
+int IoasAlloc(Kernel& k, int iommufd, uint32_t* ioas_id);
+// IOMMU_IOAS_MAP with FIXED_IOVA of [iova, iova + length), readable and writeable.
+int IoasMapFixed(Kernel& k, int iommufd, uint32_t ioas_id, uint64_t iova, uint64_t length);
+
 }  // namespace gpumigrate::vfio::fake

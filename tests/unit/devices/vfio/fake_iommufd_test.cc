@@ -19,21 +19,9 @@ class FakeIommufdTest : public ::testing::Test {
   void Open(bool capable) {
     iommu_ = std::make_shared<FakeIommufd>(capable);
     fd_ = k_.Install(iommu_);
-    iommu_ioas_alloc a{};
-    a.size = sizeof a;
-    ASSERT_EQ(k_.Ioctl(fd_, IOMMU_IOAS_ALLOC, &a), 0);
-    ioas_ = a.out_ioas_id;
+    ASSERT_EQ(IoasAlloc(k_, fd_, &ioas_), 0);
   }
-  int Map(uint64_t iova, uint64_t len) {
-    iommu_ioas_map m{};
-    m.size = sizeof m;
-    m.flags = IOMMU_IOAS_MAP_FIXED_IOVA | IOMMU_IOAS_MAP_READABLE | IOMMU_IOAS_MAP_WRITEABLE;
-    m.ioas_id = ioas_;
-    m.user_va = 0x7f0000000000;
-    m.length = len;
-    m.iova = iova;
-    return k_.Ioctl(fd_, IOMMU_IOAS_MAP, &m);
-  }
+  int Map(uint64_t iova, uint64_t len) { return IoasMapFixed(k_, fd_, ioas_, iova, len); }
   int Alloc(uint32_t flags, uint32_t* id) {
     iommu_hwpt_alloc a{};
     a.size = sizeof a;
