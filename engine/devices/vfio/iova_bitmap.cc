@@ -9,19 +9,9 @@ namespace gpumigrate::vfio {
 namespace {
 
 // ORs `n` hardware-page bits (chunk-relative) into `out`, starting at hardware
-// page `first` of the region; `ratio` hardware pages make one engine page.
+// page `first` of the region; `ratio` (> 1) hardware pages make one engine page.
 void Fold(const std::vector<uint64_t>& bits, uint64_t n, uint64_t first, uint64_t ratio, DirtyBitmap& out) {
-  const uint64_t words = (n + 63) / 64;
-  if (ratio == 1) {  // first is a multiple of 64 (kChunkPages is): whole words
-    auto& o = out.words();
-    for (uint64_t w = 0; w < words; ++w) {
-      uint64_t v = bits[w];
-      if (w == words - 1 && (n & 63) != 0) v &= (uint64_t{1} << (n & 63)) - 1;
-      o[first / 64 + w] |= v;
-    }
-    return;
-  }
-  for (uint64_t w = 0; w < words; ++w) {
+  for (uint64_t w = 0; w < (n + 63) / 64; ++w) {
     for (uint64_t v = bits[w]; v != 0; v &= v - 1) {
       uint64_t b = w * 64 + static_cast<uint64_t>(std::countr_zero(v));
       if (b < n) out.Set((first + b) / ratio);
@@ -62,8 +52,16 @@ Status ReadRegionBitmap(const HwRegion& h, const ReadDirty& read, std::vector<ui
   const uint64_t ratio = h.r.page_size / h.hw_page;
   for (uint64_t first = 0; first < hw_pages; first += kChunkPages) {
     const uint64_t n = std::min(kChunkPages, hw_pages - first);
+    const uint64_t iova = h.r.iova + first * h.hw_page;  // the bitmap's bit 0 is this IOVA's page
+    if (ratio == 1) {
+      // One hardware page per engine page: the kernel only sets bits, so it may
+      // OR straight into the engine's bitmap (first is a multiple of 64).
+      uint64_t* into = out.words().data() + first / 64;
+      GM_RETURN_IF_ERROR(read(iova, n * h.hw_page, h.hw_page, into));
+      continue;
+    }
     scratch.assign((n + 63) / 64, 0);  // the kernel only sets bits
-    GM_RETURN_IF_ERROR(read(h.r.iova + first * h.hw_page, n * h.hw_page, h.hw_page, scratch.data()));
+    GM_RETURN_IF_ERROR(read(iova, n * h.hw_page, h.hw_page, scratch.data()));
     Fold(scratch, n, first, ratio, out);
   }
   return Status::Ok();

@@ -41,7 +41,8 @@ Result<const HwRegion*> SyncTarget(const std::vector<HwRegion>& regions, uint32_
 // `data` (zeroed by the caller), clearing them in the IOMMU or device.
 using ReadDirty = std::function<Status(uint64_t iova, uint64_t length, uint64_t page_size, uint64_t* data)>;
 
-// Reads region `h` chunk by chunk and ORs its pages into `out`.
+// Reads region `h` chunk by chunk and ORs its pages into `out`: straight into
+// out's words when the hardware page is the engine page, else through `scratch`.
 Status ReadRegionBitmap(const HwRegion& h, const ReadDirty& read, std::vector<uint64_t>& scratch, DirtyBitmap& out);
 
 }  // namespace gpumigrate::vfio
