@@ -149,7 +149,7 @@ namespace gpumigrate::vfio::iommufd_abi {
 inline constexpr size_t kIoasAllocMin = offsetof(iommu_ioas_alloc, out_ioas_id) + 4;
 inline constexpr size_t kIoasMapMin = offsetof(iommu_ioas_map, iova) + 8;
 inline constexpr size_t kHwptAllocMin = offsetof(iommu_hwpt_alloc, __reserved) + 4;
-inline constexpr size_t kHwInfoMin = offsetof(iommu_hw_info, __reserved) + 4;
+inline constexpr size_t kHwInfoMin = offsetof(iommu_hw_info, out_data_type) + 8;  // 6.6: up to __reserved
 inline constexpr size_t kSetDirtyMin = offsetof(iommu_hwpt_set_dirty_tracking, __reserved) + 4;
 inline constexpr size_t kGetDirtyMin = offsetof(iommu_hwpt_get_dirty_bitmap, data) + 8;
 }  // namespace gpumigrate::vfio::iommufd_abi

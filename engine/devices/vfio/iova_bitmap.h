@@ -22,7 +22,7 @@
 namespace gpumigrate::vfio {
 
 inline constexpr uint64_t kIommuPage = 4096;
-// Hardware pages per kernel call: a 256 KiB bitmap (32 GiB of IOVA at 4 KiB).
+// Hardware pages per kernel call: a 256 KiB bitmap (8 GiB of IOVA at 4 KiB).
 inline constexpr uint64_t kChunkPages = uint64_t{1} << 21;
 
 struct HwRegion {

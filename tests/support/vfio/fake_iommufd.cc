@@ -90,7 +90,11 @@ int FakeIommufd::HwptAlloc(void* arg) {
 
 int FakeIommufd::GetHwInfo(void* arg) {
   auto* i = static_cast<iommu_hw_info*>(arg);
-  if (i->flags != 0 || i->__reserved != 0) return -EOPNOTSUPP;
+  // The 4 bytes after out_data_type: a u32 __reserved in 6.7, out_max_pasid_log2
+  // and u8 __reserved[3] in newer headers; read as bytes so both compile.
+  uint32_t reserved = 0;
+  std::memcpy(&reserved, reinterpret_cast<const std::byte*>(i) + offsetof(iommu_hw_info, out_data_type) + 4, 4);
+  if (i->flags != 0 || reserved != 0) return -EOPNOTSUPP;
   if (i->dev_id != kDevId) return -ENOENT;
   i->data_len = 0;  // no driver-specific data in the fake
   i->out_data_type = IOMMU_HW_INFO_TYPE_NONE;
@@ -161,6 +165,7 @@ int FakeIommufd::AttachDevice(uint32_t hwpt_id) {
 uint64_t FakeIommufd::DmaWrite(uint64_t iova, uint64_t len) {
   std::shared_lock lk(mu_);
   auto it = hwpts_.find(attached_);
+  if (len == 0) return 0;  // a zero-length write touches no page
   const uint64_t first = iova / kIoPage, last = (iova + len - 1) / kIoPage;
   uint64_t faulted = 0;
   for (uint64_t p = first; p <= last; ++p) {

@@ -151,6 +151,18 @@ TEST_F(FakeIommufdTest, DmaToUnmappedIovaFaultsAndWritesBeforeTrackingAreNotLogg
   EXPECT_EQ(iommu_->faults(), 2u);
 }
 
+TEST_F(FakeIommufdTest, AZeroLengthWriteTouchesNoPage) {
+  // At IOVA 0 the last byte of an empty write would underflow; at an unaligned
+  // IOVA it would name a page that nothing wrote.
+  uint32_t h = Tracking();
+  EXPECT_EQ(iommu_->DmaWrite(0, 0), 0u);
+  EXPECT_EQ(iommu_->DmaWrite(kBase + 5, 0), 0u);
+  uint64_t bits[1] = {};
+  ASSERT_EQ(Get(h, kBase, 64 * 4096, 4096, bits), 0);
+  EXPECT_EQ(bits[0], 0u);
+  EXPECT_EQ(iommu_->faults(), 0u);
+}
+
 TEST_F(FakeIommufdTest, EnablingTrackingStartsClean) {
   uint32_t h = Tracking();
   EXPECT_EQ(iommu_->DmaWrite(kBase, 4096), 0u);
