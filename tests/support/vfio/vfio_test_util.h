@@ -55,3 +55,22 @@ inline std::vector<std::byte> Drain(Kernel& k, int fd, ssize_t* last) {
 }
 
 }  // namespace gpumigrate::vfio::fake
+
+#include <memory>
+#include <string>
+
+#include "tests/support/vfio/fake_vfio_device.h"
+
+namespace gpumigrate::vfio::fake {
+
+// A fake device registered at a path of a fake kernel: what a vfio: test opens.
+struct FakeHost {
+  FakeKernel kernel;
+  std::shared_ptr<FakeVfioDevice> dev;
+  std::string path = "/dev/vfio/devices/vfio0";
+  explicit FakeHost(FakeVfioConfig cfg) : dev(FakeVfioDevice::Create(cfg)) {
+    kernel.Add(path, [d = dev] { return d->OpenFile(); });
+  }
+};
+
+}  // namespace gpumigrate::vfio::fake
