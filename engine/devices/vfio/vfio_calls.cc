@@ -1,5 +1,7 @@
 #include "engine/devices/vfio/vfio_calls.h"
 
+#include <fcntl.h>
+
 #include <cstring>
 
 #include <fmt/format.h>
@@ -37,6 +39,25 @@ Status KernelError(std::string_view what, int neg_errno) {
 
 std::string_view StateName(uint32_t s) {
   return DeviceStateName(static_cast<DeviceState>(s));
+}
+
+Result<int> Calls::Bind(int fd) const {
+  int iommufd = k_.Open("/dev/iommu", O_RDWR);
+  if (iommufd < 0) {
+    return KernelError(fmt::format("{}: open /dev/iommu (a VFIO cdev is used through an iommufd: kernel >= 6.6 "
+                                   "with CONFIG_IOMMUFD)",
+                                   name_),
+                       iommufd);
+  }
+  vfio_device_bind_iommufd b{};
+  b.argsz = sizeof(b);
+  b.iommufd = iommufd;
+  int r = k_.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b);
+  if (r < 0) {
+    (void)k_.Close(iommufd);
+    return KernelError(fmt::format("{}: VFIO_DEVICE_BIND_IOMMUFD", name_), r);
+  }
+  return iommufd;
 }
 
 Result<uint64_t> Calls::MigrationFlags(int fd) const {

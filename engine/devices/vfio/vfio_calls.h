@@ -29,6 +29,9 @@ class Calls {
   Kernel& kernel() const { return k_; }
   const std::string& name() const { return name_; }
 
+  // Opens /dev/iommu and binds the cdev `fd` to it (VFIO_DEVICE_BIND_IOMMUFD):
+  // the iommufd, which must stay open while the device is used.
+  Result<int> Bind(int fd) const;
   // VFIO_DEVICE_FEATURE GET MIGRATION: the VFIO_MIGRATION_* flags.
   Result<uint64_t> MigrationFlags(int fd) const;
   // GET MIG_DEVICE_STATE.

@@ -1,5 +1,5 @@
 // What Debian 12's linux-libc-dev (6.1) lacks of the VFIO migration v2 uAPI
-// that kernels >= 6.2 have, with upstream's values from include/uapi/linux/vfio.h
+// that kernels >= 6.2 have (and the cdev bind of 6.6), with upstream's values from include/uapi/linux/vfio.h
 // (../shared/QEMU-FACTS.md §7.2). Each piece is guarded so that newer headers
 // win: build against 6.2+ headers and these vanish.
 //
@@ -39,6 +39,19 @@ struct vfio_device_feature_mig_data_size {
 #define VFIO_DEVICE_FEATURE_MIG_DATA_SIZE 9
 #endif
 
+#ifndef VFIO_DEVICE_BIND_IOMMUFD
+// A VFIO device cdev (/dev/vfio/devices/vfioN, kernel >= 6.6) answers nothing
+// but this until it is bound to an iommufd (/dev/iommu): then its feature
+// ioctls work. out_devid names it in that iommufd.
+struct vfio_device_bind_iommufd {
+  __u32 argsz;
+  __u32 flags;
+  __s32 iommufd;
+  __u32 out_devid;
+};
+#define VFIO_DEVICE_BIND_IOMMUFD _IO(VFIO_TYPE, VFIO_BASE + 18)
+#endif
+
 namespace gpumigrate::vfio {
 
 // enum vfio_device_mig_state's members, including the two 6.1 lacks.
@@ -58,6 +71,8 @@ inline constexpr uint32_t kStateCount = 8;
 static_assert(VFIO_DEVICE_FEATURE == 0x3b75);
 static_assert(VFIO_DEVICE_RESET == 0x3b6f);
 static_assert(VFIO_MIG_GET_PRECOPY_INFO == 0x3b79);
+static_assert(VFIO_DEVICE_BIND_IOMMUFD == 0x3b76);
+static_assert(sizeof(struct vfio_device_bind_iommufd) == 16);
 static_assert(VFIO_DEVICE_FEATURE_GET == (1 << 16) && VFIO_DEVICE_FEATURE_SET == (1 << 17) &&
               VFIO_DEVICE_FEATURE_PROBE == (1 << 18) && VFIO_DEVICE_FEATURE_MASK == 0xffff);
 static_assert(VFIO_DEVICE_FEATURE_MIGRATION == 1 && VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE == 2 &&

@@ -19,27 +19,28 @@ Result<std::unique_ptr<VfioDevice>> VfioDevice::Open(const VfioSpec& spec, Devic
   Calls calls(k, "vfio:" + spec.path);
   int fd = k.Open(spec.path.c_str(), O_RDWR);
   if (fd < 0) return KernelError(fmt::format("{}: open", calls.name()), fd);
-  auto flags = calls.MigrationFlags(fd);
-  auto kstate = flags.ok() ? calls.GetState(fd) : Result<uint32_t>(flags.status());
-  if (!kstate.ok()) {
+  auto iommufd = calls.Bind(fd);
+  if (!iommufd.ok()) {
     (void)k.Close(fd);
-    return kstate.status();
+    return iommufd.status();
   }
-  std::unique_ptr<VfioDevice> d(new VfioDevice(calls, spec.path, role, fd, *flags));
-  d->kstate_ = *kstate;
-  if (!(*flags & VFIO_MIGRATION_STOP_COPY)) {
+  std::unique_ptr<VfioDevice> d(new VfioDevice(calls, spec.path, role, fd, *iommufd));
+  GM_ASSIGN_OR_RETURN(d->flags_, calls.MigrationFlags(fd));
+  GM_ASSIGN_OR_RETURN(auto kstate, calls.GetState(fd));
+  d->kstate_ = kstate;
+  if (!(d->flags_ & VFIO_MIGRATION_STOP_COPY)) {
     return FailedPrecondition(fmt::format("{}: the device does not offer VFIO_MIGRATION_STOP_COPY (flags {:#x})",
-                                          d->Describe(), *flags));
+                                          d->Describe(), d->flags_));
   }
   if (role == DeviceRole::kSource) {
-    if (*kstate != kStateRunning) {
+    if (kstate != kStateRunning) {
       return FailedPrecondition(fmt::format("{}: the device is {}, a source must be RUNNING", d->Describe(),
-                                            StateName(*kstate)));
+                                            StateName(kstate)));
     }
     d->state_ = DeviceState::kRunning;
     return d;
   }
-  GM_RETURN_IF_ERROR(*kstate == kStateError ? d->Discard() : d->KSet(kStateStop));
+  GM_RETURN_IF_ERROR(kstate == kStateError ? d->Discard() : d->KSet(kStateStop));
   d->state_ = DeviceState::kStop;
   return d;
 }
@@ -47,6 +48,7 @@ Result<std::unique_ptr<VfioDevice>> VfioDevice::Open(const VfioSpec& spec, Devic
 VfioDevice::~VfioDevice() {
   CloseData();
   (void)calls_.kernel().Close(fd_);
+  (void)calls_.kernel().Close(iommufd_);
 }
 
 void VfioDevice::CloseData() {

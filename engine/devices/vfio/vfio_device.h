@@ -50,8 +50,8 @@ class VfioDevice final : public Device {
     Status Stop() override { return Status::Ok(); }
   };
 
-  VfioDevice(Calls calls, std::string path, DeviceRole role, int fd, uint64_t flags)
-      : calls_(std::move(calls)), path_(std::move(path)), role_(role), fd_(fd), flags_(flags) {}
+  VfioDevice(Calls calls, std::string path, DeviceRole role, int fd, int iommufd)
+      : calls_(std::move(calls)), path_(std::move(path)), role_(role), fd_(fd), iommufd_(iommufd) {}
   // Kernel SET to `to`; a data fd it opens replaces the current one.
   Status KSet(uint32_t to);
   Status Step(DeviceState next);
@@ -63,7 +63,8 @@ class VfioDevice final : public Device {
   std::string path_;
   DeviceRole role_;
   int fd_;
-  uint64_t flags_;
+  int iommufd_;  // the cdev is bound to it: open as long as the device
+  uint64_t flags_ = 0;
   uint32_t kstate_ = kStateRunning;  // the kernel's state as last set or read
   DeviceState state_ = DeviceState::kRunning;
   int data_fd_ = -1;

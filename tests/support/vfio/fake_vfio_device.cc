@@ -42,6 +42,8 @@ class DeviceFile final : public File {
  public:
   explicit DeviceFile(std::shared_ptr<FakeVfioDevice> d) : dev_(std::move(d)) {}
   int Ioctl(FakeKernel& k, unsigned long request, void* arg) override {
+    if (request == VFIO_DEVICE_BIND_IOMMUFD) return Bind(k, static_cast<vfio_device_bind_iommufd*>(arg));
+    if (dev_->cdev() && !bound_) return -EINVAL;
     if (request == VFIO_DEVICE_FEATURE) return dev_->FeatureIoctl(k, static_cast<vfio_device_feature*>(arg));
     if (request == VFIO_DEVICE_RESET) return dev_->Reset();
     return -ENOTTY;  // includes VFIO_MIG_GET_PRECOPY_INFO (= VFIO_EEH_PE_OP here)
@@ -49,7 +51,17 @@ class DeviceFile final : public File {
   void OnClose(FakeKernel&) override { dev_->Closed(); }
 
  private:
+  int Bind(FakeKernel& k, vfio_device_bind_iommufd* b) {
+    if (!dev_->cdev()) return -ENOTTY;
+    if (b->argsz < sizeof(*b) || b->flags != 0 || bound_) return -EINVAL;
+    if (!k.Find(b->iommufd)) return -EBADF;
+    bound_ = true;
+    b->out_devid = 1;
+    return 0;
+  }
+
   std::shared_ptr<FakeVfioDevice> dev_;
+  bool bound_ = false;
 };
 
 class DataFile final : public File {

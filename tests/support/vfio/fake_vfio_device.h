@@ -32,6 +32,9 @@
 // short reads: at most max_read_bytes per read()    | read(2) semantics; the uAPI makes no promise of full reads
 // a resume stream that ends mid-record fails        | vfio.h RESUMING -> STOP: "the device ... load the
 //   RESUMING -> STOP with -EINVAL (device ERROR)    |   migration state"; drivers reject a truncated stream
+// a cdev answers only VFIO_DEVICE_BIND_IOMMUFD      | vfio/device_cdev.c vfio_df_ioctl_bind_iommufd (flags 0,
+//   until bound (else -EINVAL); bind needs flags 0, |   argsz); vfio_main.c vfio_device_fops_unl_ioctl
+//   argsz >= 16, an open iommufd (-EBADF), once    |   ("if (!df->access_granted) return -EINVAL")
 // DMA logging features 6/7/8 -> -ENOTTY (wired at merge with the IOMMU work)
 //
 // Only documented, not enforced: the P2P quiescing semantics across devices,
@@ -56,6 +59,7 @@ struct FakeVfioConfig {
   size_t chunk_bytes = 4096;      // dirty granularity: one record per dirty chunk
   size_t max_read_bytes = 1000;   // short reads
   uint32_t initial_state = kStateRunning;
+  bool cdev = true;  // a /dev/vfio/devices cdev: only BIND_IOMMUFD until bound
 };
 
 // Fault knobs, set by a test before the operation they break.
@@ -91,6 +95,7 @@ class FakeVfioDevice : public std::enable_shared_from_this<FakeVfioDevice> {
   // Called by the files.
   int FeatureIoctl(FakeKernel& k, vfio_device_feature* f);
   int Reset();
+  bool cdev() const { return cfg_.cdev; }
   ssize_t SaveRead(uint64_t session, void* buf, size_t len);
   ssize_t ResumeWrite(uint64_t session, const void* buf, size_t len);
   int PrecopyInfo(uint64_t session, vfio_precopy_info* info);

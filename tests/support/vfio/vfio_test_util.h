@@ -34,6 +34,15 @@ inline int SetMig(Kernel& k, int fd, uint32_t state, int* data_fd = nullptr) {
   return r;
 }
 
+// Binds a cdev fd to a fresh iommufd (/dev/iommu must be registered): the
+// iommufd's fd, or the ioctl's -errno.
+inline int Bind(Kernel& k, int fd) {
+  int iommufd = k.Open("/dev/iommu", 0);
+  vfio_device_bind_iommufd b{sizeof(b), 0, iommufd, 0};
+  int r = k.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b);
+  return r < 0 ? r : iommufd;
+}
+
 inline uint32_t GetMig(Kernel& k, int fd) {
   vfio_device_feature_mig_state st{~0u, -1};
   Feature(k, fd, VFIO_DEVICE_FEATURE_GET | VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE, st);
@@ -70,6 +79,8 @@ struct FakeHost {
   std::string path = "/dev/vfio/devices/vfio0";
   explicit FakeHost(FakeVfioConfig cfg) : dev(FakeVfioDevice::Create(cfg)) {
     kernel.Add(path, [d = dev] { return d->OpenFile(); });
+    // A stand-in iommufd that answers no ioctl: bind only needs an open one.
+    kernel.Add("/dev/iommu", [] { return std::make_shared<File>(); });
   }
 };
 

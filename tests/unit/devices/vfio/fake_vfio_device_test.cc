@@ -31,9 +31,34 @@ struct Rig {
     cfg.initial_state = initial;
     dev = FakeVfioDevice::Create(cfg);
     k.Add("/dev/vfio/devices/vfio0", [d = dev] { return d->OpenFile(); });
+    k.Add("/dev/iommu", [] { return std::make_shared<File>(); });
     fd = k.Open("/dev/vfio/devices/vfio0", O_RDWR);
+    EXPECT_GE(Bind(k, fd), 0);
   }
 };
+
+TEST(FakeVfioDevice, ACdevAnswersOnlyBindUntilBound) {
+  FakeVfioConfig cfg;
+  auto dev = FakeVfioDevice::Create(cfg);
+  FakeKernel k;
+  k.Add("/dev/vfio/devices/vfio0", [dev] { return dev->OpenFile(); });
+  k.Add("/dev/iommu", [] { return std::make_shared<File>(); });
+  int fd = k.Open("/dev/vfio/devices/vfio0", O_RDWR);
+  EXPECT_EQ(GetMig(k, fd), ~0u) << "GET before bind is refused";
+  EXPECT_EQ(k.Ioctl(fd, VFIO_DEVICE_RESET, nullptr), -EINVAL);
+  vfio_device_bind_iommufd b{sizeof(b), 0, 9999, 0};
+  EXPECT_EQ(k.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b), -EBADF) << "not an open fd";
+  b.iommufd = k.Open("/dev/iommu", 0);
+  b.flags = 1;
+  EXPECT_EQ(k.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b), -EINVAL) << "flags must be 0";
+  b.flags = 0;
+  b.argsz = 12;
+  EXPECT_EQ(k.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b), -EINVAL) << "argsz short";
+  b.argsz = sizeof(b);
+  EXPECT_EQ(k.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b), 0);
+  EXPECT_EQ(k.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b), -EINVAL) << "bound once";
+  EXPECT_EQ(GetMig(k, fd), kStateRunning);
+}
 
 TEST(FakeVfioDevice, FeatureFlagsAndArgszAreChecked) {
   Rig r;

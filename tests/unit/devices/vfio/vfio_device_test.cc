@@ -47,6 +47,21 @@ TEST(VfioSpec, OpenDeviceNamesEverySpecAndOpensVfioThroughTheRealKernel) {
   EXPECT_NE(missing.status().message().find("ENOENT"), std::string::npos) << missing.status().message();
 }
 
+TEST(VfioDevice, OpenBindsTheCdevToAnIommufd) {
+  fake::FakeKernel k;
+  auto dev = fake::FakeVfioDevice::Create(Config());
+  k.Add("/dev/vfio/devices/vfio0", [dev] { return dev->OpenFile(); });
+  auto d = VfioDevice::Open({"/dev/vfio/devices/vfio0"}, DeviceRole::kSource, k);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("open /dev/iommu"), std::string::npos) << d.status().message();
+  EXPECT_EQ(k.OpenFds(), 0u);
+  FakeHost h(Config());
+  auto ok = OpenOn(h, DeviceRole::kSource);
+  EXPECT_EQ(h.kernel.OpenFds(), 2u) << "the device fd and the iommufd it is bound to";
+  ok.reset();
+  EXPECT_EQ(h.kernel.OpenFds(), 0u);
+}
+
 TEST(VfioDevice, OpenProbesMigrationAndState) {
   FakeHost none(Config(0));
   auto d = VfioDevice::Open({none.path}, DeviceRole::kSource, none.kernel);
@@ -74,14 +89,14 @@ TEST(VfioDevice, SourceArcsFollowTheKernelAndRollBackToRunning) {
   ASSERT_NE(d, nullptr);
   ASSERT_TRUE(d->SetState(DeviceState::kPreCopy).ok());
   EXPECT_EQ(h.dev->state(), kStatePreCopy);
-  EXPECT_EQ(h.kernel.OpenFds(), 2u) << "device fd and the saving session's data fd";
+  EXPECT_EQ(h.kernel.OpenFds(), 3u) << "device fd, iommufd and the saving session's data fd";
   auto p = d->PendingEstimate();
   EXPECT_EQ(p.precopy_bytes, 16 * (sizeof(fake::FakeRecord) + 4096));
   EXPECT_EQ(p.stop_copy_bytes, p.precopy_bytes);
   ASSERT_TRUE(d->SetState(DeviceState::kStopCopy).ok());
   ASSERT_TRUE(d->SetState(DeviceState::kRunning).ok());
   EXPECT_EQ(h.dev->state(), kStateRunning);
-  EXPECT_EQ(h.kernel.OpenFds(), 1u) << "the data fd is closed with the session";
+  EXPECT_EQ(h.kernel.OpenFds(), 2u) << "the data fd is closed with the session";
   Status bad = d->SetState(DeviceState::kResuming);
   EXPECT_EQ(bad.code(), StatusCode::kFailedPrecondition) << "not a source arc";
 }
@@ -139,7 +154,7 @@ TEST(VfioDevice, AnArcIntoErrorIsResetAndTheSourceRunsOn) {
   EXPECT_NE(st.message().find("EIO"), std::string::npos);
   EXPECT_EQ(d->State(), DeviceState::kRunning);
   EXPECT_EQ(h.dev->state(), kStateRunning) << "recovered with VFIO_DEVICE_RESET";
-  EXPECT_EQ(h.kernel.OpenFds(), 1u);
+  EXPECT_EQ(h.kernel.OpenFds(), 2u);
 }
 
 TEST(VfioDevice, DestinationRefusingTheStreamIsDiscarded) {
@@ -156,7 +171,7 @@ TEST(VfioDevice, DestinationRefusingTheStreamIsDiscarded) {
   ASSERT_TRUE(d->SetState(DeviceState::kError).ok());
   EXPECT_EQ(h.dev->state(), kStateStop) << "discarded: reset, then STOP for another attempt";
   ASSERT_TRUE(d->SetState(DeviceState::kStop).ok());
-  EXPECT_EQ(h.kernel.OpenFds(), 1u);
+  EXPECT_EQ(h.kernel.OpenFds(), 2u);
 }
 
 TEST(VfioDevice, BlobAndRegionCallsAreRefused) {
