@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "engine/devices/vfio/kernel.h"
+#include "gpumigrate/vfio.h"
+
 namespace gpumigrate {
 
 Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
@@ -19,8 +22,14 @@ Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
     d.device = std::move(dev);
     return d;
   }
+  if (spec.rfind("vfio:", 0) == 0) {
+    GM_ASSIGN_OR_RETURN(VfioSpec vs, ParseVfioSpec(spec));
+    GM_ASSIGN_OR_RETURN(d.device,
+                        OpenVfioDevice(vs, source ? DeviceRole::kSource : DeviceRole::kDestination, vfio::RealKernel()));
+    return d;
+  }
   if (spec.rfind("sim", 0) != 0) {
-    return InvalidArgument(fmt::format("device '{}' is not supported: use sim:... or proc:PID", spec));
+    return InvalidArgument(fmt::format("device '{}' is not supported: use sim:..., proc:PID or vfio:PATH", spec));
   }
   GM_ASSIGN_OR_RETURN(SimSpec ss, ParseSimSpec(spec));
   GM_ASSIGN_OR_RETURN(auto dev, SimDevice::Create(ss, source ? SimRole::kSource : SimRole::kDestination));

@@ -12,6 +12,7 @@
 #include "engine/session/frame_receiver.h"
 #include "engine/session/mailbox.h"
 #include "engine/session/page_hashes.h"
+#include "engine/session/state_stream.h"
 #include "gpumigrate/session.h"
 #include "transport/crypto/frame_protector.h"
 #include "transport/wire/control_channel.h"
@@ -22,7 +23,6 @@ namespace {
 
 namespace v1 = wire::v1;
 
-constexpr uint64_t kMaxDeviceStateBytes = 64 << 20;
 constexpr uint32_t kMaxFramePayloadBytes = 64 << 20;
 
 class Destination {
@@ -70,8 +70,7 @@ class Destination {
   PageHashes hashes_;
   std::vector<std::vector<uint32_t>> last_round_;  // round + 1 that last wrote each page; 0 = never
   std::array<std::mutex, 256> stripes_;            // guard a page's write, hash and last_round together
-  std::mutex state_mu_;
-  std::vector<std::byte> state_blob_;
+  StateStreamReceiver state_{dev_};  // the device's own state, blob or stream
   FrameKeys keys_;
   uint32_t max_payload_ = 0;
   bool prepared_ = false;
@@ -153,21 +152,7 @@ Status Destination::CheckManifest(const v1::Manifest& m) {
 }
 
 Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte> payload) {
-  if (h.type == wire::FrameType::kDeviceState) {
-    std::lock_guard lk(state_mu_);
-    // A state sent again from its start (a later part of a continued session,
-    // an incremental checkpoint) replaces the earlier one.
-    if (h.offset == 0) state_blob_.clear();
-    if (h.offset != state_blob_.size()) {
-      return Corrupt(fmt::format("device state piece at offset {} arrived when {} bytes were assembled", h.offset,
-                                 state_blob_.size()));
-    }
-    if (state_blob_.size() + payload.size() > kMaxDeviceStateBytes) {
-      return Corrupt(fmt::format("device state exceeds the {} byte limit", kMaxDeviceStateBytes));
-    }
-    state_blob_.insert(state_blob_.end(), payload.begin(), payload.end());
-    return Status::Ok();
-  }
+  if (h.type == wire::FrameType::kDeviceState) return state_.Apply(h, payload);
   size_t idx = 0;
   while (regions_[idx].id != h.region) ++idx;  // checked to exist by the caller
   const RegionInfo& r = regions_[idx];
@@ -230,14 +215,7 @@ Status Destination::Prepare(const v1::Prepare& p) {
                                  regions_[idx].name, mine, d.digest()));
     }
   }
-  {
-    std::lock_guard lk(state_mu_);
-    if (state_blob_.size() != p.device_state_bytes()) {
-      return Corrupt(fmt::format("device state is {} bytes, the source sent {}", state_blob_.size(),
-                                 p.device_state_bytes()));
-    }
-    GM_RETURN_IF_ERROR(dev_.LoadState(state_blob_));
-  }
+  GM_RETURN_IF_ERROR(state_.Finish(p.device_state_bytes()));
   GM_RETURN_IF_ERROR(dev_.SetState(DeviceState::kStop));
   report_.verified = true;
   return Status::Ok();

@@ -60,8 +60,8 @@ void FrameSender::Run(size_t i) {
 
 Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, uint64_t offset,
                          uint32_t raw_length, std::span<const std::byte> payload, uint8_t codec_flags) {
-  size_t s = next_stream_;
-  next_stream_ = (next_stream_ + 1) % lanes_.size();
+  size_t s = pinned_ ? 0 : next_stream_;
+  if (!pinned_) next_stream_ = (next_stream_ + 1) % lanes_.size();
   wire::FrameHeader h;
   h.type = type;
   h.codec_flags = codec_flags;

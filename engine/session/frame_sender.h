@@ -41,6 +41,9 @@ class FrameSender {
   // continues an earlier one. Before the first Send(); false when the stream
   // count differs.
   bool ContinueFrom(const std::vector<uint64_t>& frames);
+  // While pinned, frames go on the first stream (so they arrive in the order
+  // sent) and the round-robin does not advance.
+  void PinFirstStream(bool pin) { pinned_ = pin; }
   // Waits until every queued frame has been handed to its stream.
   Status Flush();
 
@@ -63,6 +66,7 @@ class FrameSender {
   std::vector<uint64_t> frames_;  // == next sequence number per stream
   std::vector<uint64_t> stream_bytes_;
   size_t next_stream_ = 0;
+  bool pinned_ = false;
   uint64_t bytes_ = 0;
   RateLimiter limiter_;
 

@@ -21,6 +21,7 @@
 #include "engine/session/mailbox.h"
 #include "engine/session/page_classifier.h"
 #include "engine/session/page_hashes.h"
+#include "engine/session/state_stream.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/dirty_tracker.h"
@@ -110,7 +111,6 @@ class Source {
   Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
   Status SyncAll(uint64_t* dirty_bytes);
-  Status SendDeviceState(uint32_t round, uint64_t* state_bytes);
   Status VerifyFull();
   Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what);
   Status Interrupted();
@@ -148,6 +148,7 @@ class Source {
   Mailbox box_;
   std::unique_ptr<ControlReader> reader_;
   std::unique_ptr<FrameSender> sender_;
+  std::unique_ptr<StateStreamSender> state_;  // the device's own state, blob or stream
   std::atomic<bool> peer_aborted_{false};
   DirtyTracker* tracker_ = nullptr;
   bool tracking_ = false;
@@ -331,19 +332,6 @@ Status Source::SyncAll(uint64_t* dirty_bytes) {
   return Status::Ok();
 }
 
-Status Source::SendDeviceState(uint32_t round, uint64_t* state_bytes) {
-  GM_ASSIGN_OR_RETURN(std::vector<std::byte> blob, dev_.SaveState());
-  *state_bytes = blob.size();
-  uint64_t off = 0;
-  do {
-    uint64_t n = std::min<uint64_t>(blob.size() - off, opt_.max_frame_payload_bytes);
-    GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, round, off,
-                                     static_cast<uint32_t>(n), std::span(blob).subspan(off, n)));
-    off += n;
-  } while (off < blob.size());
-  return Status::Ok();
-}
-
 // Re-reads the whole source at stop and checks each page against what was sent.
 Status Source::VerifyFull() {
   for (size_t i = 0; i < regions_.size(); ++i) {
@@ -515,6 +503,7 @@ Status Source::Start() {
     keys.aes_key = *opt_.aes_key;
   }
   sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
+  state_ = std::make_unique<StateStreamSender>(dev_, *sender_, opt_.max_frame_payload_bytes);
   if (opt_.continuation) (void)sender_->ContinueFrom(opt_.continuation->frames_per_stream);  // checked in CheckReady
   reader_ = std::make_unique<ControlReader>(streams_.control, &box_, [this](const v1::Abort&) {
     // Stop sending at once; Teardown picks up the reason from the mailbox.
@@ -541,7 +530,10 @@ Status Source::RunRound(uint32_t round) {
   RoundReport rr;
   rr.round = round;
   auto rs = clock_.Now();
+  const uint64_t sent_before = sender_->bytes_sent();
   GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound(), rr));
+  GM_RETURN_IF_ERROR(state_->SendAvailable(round));  // a streaming device's pre-copy state
+  rr.bytes = sender_->bytes_sent() - sent_before;    // the rule's bandwidth sample counts both
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeRoundEnd(round, sender_->frames_per_stream())));
   GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied").status());
   rr.ms = MsBetween(rs, clock_.Now());
@@ -607,8 +599,10 @@ Status Source::Switchover() {
     return sender_->Flush();
   }));
   fr.ms = *bd.final_data_ms;
-  GM_RETURN_IF_ERROR(TimePhase(Step::kDeviceState, bd.device_state_ms,
-                               [&] { return SendDeviceState(final_round_, &state_bytes); }));
+  GM_RETURN_IF_ERROR(TimePhase(Step::kDeviceState, bd.device_state_ms, [&]() -> Status {
+    GM_ASSIGN_OR_RETURN(state_bytes, state_->SendFinal(final_round_));
+    return Status::Ok();
+  }));
   fr.bytes = sender_->bytes_sent() - sent_before_final;
   report_.rounds.push_back(fr);
   if (opt_.verify_full) {

@@ -72,6 +72,9 @@ struct RegionInfo {
 // limit is never broken. Memory regions are counted by the session itself.
 struct PendingBytes {
   uint64_t stop_copy_bytes = 0;  // would be sent during the stun
+  // A streaming device in PRE_COPY: state it can hand over now, before the stun
+  // (VFIO_MIG_GET_PRECOPY_INFO initial + dirty bytes). 0 for sim and proc.
+  uint64_t precopy_bytes = 0;
 };
 class Device {
  public:
@@ -128,6 +131,22 @@ class Device {
   virtual Status LoadCleanup(Outcome outcome) {
     (void)outcome;
     return Status::Ok();
+  }
+
+  // --- Streaming device state (a VFIO migration data fd). ---
+  // A device whose state is a stream rather than a blob says so; the session
+  // then never calls SaveState/LoadState but moves the stream in chunks, never
+  // holding it whole. Source: ReadStateChunk fills `out` with the next bytes and
+  // returns how many; in PRE_COPY 0 means "nothing more for now", in STOP_COPY
+  // the end of the stream. Destination (RESUMING): WriteStateChunk appends `in`.
+  virtual bool StreamsState() const { return false; }
+  virtual Result<size_t> ReadStateChunk(std::span<std::byte> out) {
+    (void)out;
+    return Unimplemented(Describe() + ": the device state is not a stream");
+  }
+  virtual Status WriteStateChunk(std::span<const std::byte> in) {
+    (void)in;
+    return Unimplemented(Describe() + ": the device state is not a stream");
   }
 
   // The device's own dirty tracker, or nullptr when the engine must bring one.

@@ -1,5 +1,5 @@
 // Opens the device a spec names (the CLI contract's device specs): sim:... (simulated in this process) or
-// proc:PID (a live process linked with libgpumigrate_shim).
+// proc:PID (a live process linked with libgpumigrate_shim) or vfio:PATH (a VFIO migration v2 device).
 #pragma once
 
 #include <memory>

@@ -132,8 +132,10 @@ contains "projection names the size" "$tmp/proj" "596.05 GiB"
 "$bin" estimate --project 8xlots >"$tmp/e6" 2>&1; check "bad projection" 2 $?
 "$bin" estimate --device proc:1 >"$tmp/e7" 2>&1; check "process without the shim" 2 $?
 contains "proc message" "$tmp/e7" "serves no gpumigrate shim"
-"$bin" estimate --device vfio:/dev/vfio/1 >"$tmp/e8" 2>&1; check "backend not built yet" 2 $?
-contains "backend message" "$tmp/e8" "not supported"
+"$bin" estimate --device vfio:/dev/vfio/1 >"$tmp/e8" 2>&1; check "vfio device that is not there" 2 $?
+contains "vfio message names the call and errno" "$tmp/e8" "vfio:/dev/vfio/1: open failed: No such file or directory (ENOENT)"
+"$bin" estimate --device gpu:1 >"$tmp/e9" 2>&1; check "unknown backend" 2 $?
+contains "unknown backend lists every spec" "$tmp/e9" "use sim:..., proc:PID or vfio:PATH"
 
 # demo --dry-run: estimate, probe, abort on purpose, exit 0.
 "$bin" demo --dry-run --json --device "$small" --sample 300ms --warmup 20ms --bandwidth 400MB/s \

@@ -16,6 +16,7 @@
 #include "gpumigrate/iommu_tracking.h"
 #include "tests/support/vfio/fake_dma_logging.h"
 #include "tests/support/vfio/fake_iommufd.h"
+#include "tests/support/vfio/vfio_test_util.h"
 
 namespace gpumigrate::vfio::fake {
 namespace {
@@ -68,10 +69,34 @@ class DmaLoggingRig : public Rig {
   int fd;
 };
 
-enum class Kind { kIommufd, kDmaLogging };
+// The same DMA log behind the fake VFIO device's own fd (bound to an iommufd,
+// as a cdev must be), as the tracker meets it on a real device.
+struct DmaLoggingVfioRig : Rig {
+  DmaLoggingVfioRig() : log(std::make_shared<FakeDmaLogging>()), host(Config(log)) {
+    fd = host.kernel.Open(host.path.c_str(), 0);
+    iommufd = Bind(host.kernel, fd);
+  }
+  static FakeVfioConfig Config(std::shared_ptr<FakeDmaLogging> l) {
+    FakeVfioConfig cfg;
+    cfg.dma_log = std::move(l);
+    return cfg;
+  }
+  Result<std::unique_ptr<DirtyTracker>> Make(std::vector<IovaRegion> regions) override {
+    if (fd < 0 || iommufd < 0) return Internal("the fake VFIO device did not open and bind");
+    return MakeDmaLoggingTracker(host.kernel, fd, std::move(regions));
+  }
+  void Dma(uint64_t iova, uint64_t len) override { log->DmaWrite(iova, len); }
+
+  std::shared_ptr<FakeDmaLogging> log;
+  FakeHost host;
+  int fd = -1, iommufd = -1;
+};
+
+enum class Kind { kIommufd, kDmaLogging, kDmaLoggingVfioDevice };
 
 std::unique_ptr<Rig> MakeRig(Kind kind, const std::vector<IovaRegion>& regions) {
   if (kind == Kind::kIommufd) return std::make_unique<IommufdRig>(regions);
+  if (kind == Kind::kDmaLoggingVfioDevice) return std::make_unique<DmaLoggingVfioRig>();
   return std::make_unique<DmaLoggingRig>();
 }
 
@@ -106,7 +131,7 @@ std::vector<IovaRegion> MixedRegions() {
 class IommuTrackerTest : public ::testing::TestWithParam<Kind> {};
 
 std::string KindName(const ::testing::TestParamInfo<Kind>& i) {
-  return i.param == Kind::kIommufd ? "iommufd" : "dma_logging";
+  return i.param == Kind::kIommufd ? "iommufd" : i.param == Kind::kDmaLogging ? "dma_logging" : "dma_logging_vfio_device";
 }
 
 TEST_P(IommuTrackerTest, ReportedPagesAreExactlyThePagesWrittenByConcurrentDma) {
@@ -302,7 +327,8 @@ TEST_P(IommuTrackerTest, RefusesMisalignedRegionsAndSyncOutsideItsLife) {
   EXPECT_EQ((*t)->Sync(0, bm).code(), StatusCode::kFailedPrecondition) << "Sync after Stop";
 }
 
-INSTANTIATE_TEST_SUITE_P(Both, IommuTrackerTest, ::testing::Values(Kind::kIommufd, Kind::kDmaLogging), KindName);
+INSTANTIATE_TEST_SUITE_P(Both, IommuTrackerTest, ::testing::Values(Kind::kIommufd, Kind::kDmaLogging, Kind::kDmaLoggingVfioDevice),
+                         KindName);
 
 // Refusals that belong to one uAPI each; every kernel error names its ioctl and errno.
 TEST(IommufdTracker, SaysWhyWhenTheIommuHasNoDirtyBits) {

@@ -1,0 +1,39 @@
+// The `vfio` backend: a device bound to VFIO that implements the kernel's
+// migration v2 uAPI (vendor variant drivers such as mlx5, hisi_acc, NVIDIA vGPU,
+// or the kernel's mtty sample). Spec: vfio:PATH, PATH the device's VFIO cdev
+// (/dev/vfio/devices/vfioN, already bound to an iommufd by its owner).
+//
+// The device has no memory regions of its own: its whole state is the opaque
+// stream the kernel's migration data fd yields (Device::StreamsState()). The
+// source goes RUNNING -> PRE_COPY (when the device offers it; otherwise it stays
+// RUNNING until the stun, with an honest stop-copy estimate from
+// VFIO_DEVICE_FEATURE_MIG_DATA_SIZE) -> STOP_COPY -> STOP; a failure returns it
+// to RUNNING (VFIO_DEVICE_RESET when the device fell into ERROR). The destination
+// goes STOP -> RESUMING -> STOP -> RUNNING. Every kernel error names the call,
+// the state arc and the errno.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gpumigrate/device.h"
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+namespace vfio {
+class Kernel;
+}
+
+struct VfioSpec {
+  std::string path;  // the VFIO device cdev
+};
+
+// "vfio:/dev/vfio/devices/vfio0" -> {path}; the path must be absolute.
+Result<VfioSpec> ParseVfioSpec(std::string_view spec);
+
+// Opens the device through `kernel` (tests pass a fake; OpenDevice passes the
+// real one). A source must be RUNNING; a destination is brought to STOP.
+Result<std::unique_ptr<Device>> OpenVfioDevice(const VfioSpec& spec, DeviceRole role, vfio::Kernel& kernel);
+
+}  // namespace gpumigrate
