@@ -247,9 +247,11 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
     report_.failed_phase = at_;
     report_.status = Status(StatusCode::kInDoubt, fmt::format("prepared but no commit arrived ({}): outcome in doubt",
                                                               st.message()));
+    const std::string lost = dev_.LostState();
     report_.resolution =
-        "this device holds the complete, verified state and stays stopped; neither side resumes on its own. If the "
-        "source is stopped, resume here; if it resumed, discard this device";
+        lost.empty() ? "this device holds the complete, verified state and stays stopped; neither side resumes on its "
+                       "own. If the source is stopped, resume here; if it resumed, discard this device"
+                     : fmt::format("{}; resume the source, which holds its state intact", lost);
   } else if (outcome == Outcome::kAborted) {
     report_.failed_phase = at_;
     report_.status = closed ? st : st.WithContext(fmt::format("migration aborted in {}", step));

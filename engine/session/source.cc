@@ -404,7 +404,11 @@ void Source::RollBack(Status st) {
     report_.resolution = "dry run: the source kept running; the destination discarded what it received";
     return;
   }
-  report_.resolution = "the source is RUNNING with its memory intact; the destination discarded what it received";
+  const std::string lost = dev_.LostState();
+  report_.resolution = lost.empty()
+                           ? "the source is RUNNING with its memory intact; the destination discarded what it received"
+                           : fmt::format("the source is RUNNING, but {}; the destination discarded what it received",
+                                         lost);
   if (decision_.decision == Decision::kAbort) {
     report_.resolution += "; live migration will not converge at this bandwidth: drain-and-replace recommended";
   }
@@ -484,6 +488,13 @@ Status Source::CheckReady() {
   if (tracker_ == nullptr) return Unimplemented("session: the device has no dirty tracker");
   if (const auto& c = opt_.continuation) {
     if (opt_.session_id == 0) return InvalidArgument("session: a continuation needs the earlier part's session id");
+    if (dev_.StreamsState()) {
+      // Each saving session of such a device is one stream from its start, and a
+      // restore plays every part into one RESUMING session: they cannot be joined.
+      return Unimplemented(fmt::format("session: {} keeps its state as one migration stream, so it cannot continue "
+                                       "from an earlier checkpoint: take a full one (no --base)",
+                                       dev_.Describe()));
+    }
     if (!hashes_.Assign(c->page_hashes)) {
       return InvalidArgument("session: the continuation's page hashes do not match the device's regions");
     }

@@ -14,14 +14,20 @@ Status StateStreamSender::SendStreamChunk(uint32_t round, size_t n) {
   Status st = sender_.Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, round, offset_,
                            static_cast<uint32_t>(n), std::span<const std::byte>(buf_).first(n));
   sender_.PinFirstStream(false);
-  offset_ += n;
+  if (st.ok()) offset_ += n;  // the stream position of what the destination has
   return st;
 }
+
+// At most this much device state per pre-copy round, whatever the device says
+// is pending: a device that overstates it while it keeps dirtying would
+// otherwise hold one round open for ever (no RoundEnd, no switchover decision).
+constexpr uint64_t kMaxStateBytesPerRound = uint64_t{1} << 30;
 
 Status StateStreamSender::SendAvailable(uint32_t round) {
   if (!dev_.StreamsState()) return Status::Ok();
   buf_.resize(max_payload_);
-  const uint64_t budget = std::max<uint64_t>(dev_.PendingEstimate().precopy_bytes, 1);
+  const uint64_t budget =
+      std::clamp<uint64_t>(dev_.PendingEstimate().precopy_bytes, 1, kMaxStateBytesPerRound);
   for (uint64_t sent = 0; sent < budget;) {
     GM_ASSIGN_OR_RETURN(size_t n, dev_.ReadStateChunk(buf_));
     if (n == 0) break;  // nothing more for now

@@ -149,6 +149,12 @@ class Device {
     return Unimplemented(Describe() + ": the device state is not a stream");
   }
 
+  // Non-empty once a recovery during this migration had to throw away the
+  // device's own state (a VFIO device reset out of ERROR): what was lost. The
+  // session then says so instead of "memory intact" (source) or "holds the
+  // verified state" (destination).
+  virtual std::string LostState() const { return {}; }
+
   // The device's own dirty tracker, or nullptr when the engine must bring one.
   // Borrowed: valid for the device's lifetime.
   virtual DirtyTracker* Tracker() = 0;

@@ -1,7 +1,8 @@
 // The vfio: device through the real kernel, where /dev/vfio offers a device
 // with VFIO migration v2 (the kernel's mtty sample, mlx5, hisi_acc, a vGPU).
 // Everywhere else each test skips and says why. scripts/vfio-check runs these.
-//   GPUMIGRATE_VFIO_DEVICE=/dev/vfio/devices/vfioN  the source (else the first migratable cdev)
+//   GPUMIGRATE_VFIO_DEVICE=/dev/vfio/devices/vfioN  the source: required, never guessed (the test changes its
+//                                                  migration state and resets it)
 //   GPUMIGRATE_VFIO_DEST=/dev/vfio/devices/vfioM    a second device: a whole local migration to it
 // The source is only ever returned to RUNNING: nothing here leaves it stopped.
 #include <cstdlib>
@@ -30,12 +31,11 @@ std::string FindMigratable(std::string* why) {
     *why = "/dev/vfio has no devices/ cdevs: the kernel is older than 6.6 or lacks CONFIG_VFIO_DEVICE_CDEV";
     return "";
   }
-  *why = "no device under /dev/vfio/devices offers VFIO migration:";
-  for (const auto& e : fs::directory_iterator("/dev/vfio/devices")) {
-    auto d = VfioDevice::Open({e.path().string()}, DeviceRole::kSource, RealKernel());
-    if (d.ok()) return e.path().string();
-    *why += " " + d.status().message() + ";";
-  }
+  // Never picked by itself: the test moves the device through migration states
+  // and closing it resets it, which must not happen to a device a VM is using.
+  *why = "set GPUMIGRATE_VFIO_DEVICE to a migratable cdev that nothing else uses (found:";
+  for (const auto& e : fs::directory_iterator("/dev/vfio/devices")) *why += " " + e.path().string();
+  *why += ")";
   return "";
 }
 

@@ -34,7 +34,11 @@ int FeatureCall(Kernel& k, int fd, uint32_t flags, Feature<Payload>& f) {
 Status KernelError(std::string_view what, int neg_errno) {
   const int e = -neg_errno;
   const char* name = strerrorname_np(e);
-  return Unavailable(fmt::format("{} failed: {} ({})", what, std::strerror(e), name ? name : std::to_string(e)));
+  // The code follows the errno, but never kUnavailable: the session reads that
+  // as "the peer closed the connection", and this is the local device's error.
+  StatusCode code = Status::FromErrno(e, what).code();
+  if (code == StatusCode::kUnavailable) code = StatusCode::kInternal;
+  return Status(code, fmt::format("{} failed: {} ({})", what, std::strerror(e), name ? name : std::to_string(e)));
 }
 
 std::string_view StateName(uint32_t s) {

@@ -72,7 +72,8 @@ static_assert(VFIO_DEVICE_FEATURE == 0x3b75);
 static_assert(VFIO_DEVICE_RESET == 0x3b6f);
 static_assert(VFIO_MIG_GET_PRECOPY_INFO == 0x3b79);
 static_assert(VFIO_DEVICE_BIND_IOMMUFD == 0x3b76);
-static_assert(sizeof(struct vfio_device_bind_iommufd) == 16);
+// Newer kernels append fields (token_uuid_ptr in 2025): the start is what must match.
+static_assert(sizeof(struct vfio_device_bind_iommufd) >= 16 && offsetof(struct vfio_device_bind_iommufd, out_devid) == 12);
 static_assert(VFIO_DEVICE_FEATURE_GET == (1 << 16) && VFIO_DEVICE_FEATURE_SET == (1 << 17) &&
               VFIO_DEVICE_FEATURE_PROBE == (1 << 18) && VFIO_DEVICE_FEATURE_MASK == 0xffff);
 static_assert(VFIO_DEVICE_FEATURE_MIGRATION == 1 && VFIO_DEVICE_FEATURE_MIG_DEVICE_STATE == 2 &&

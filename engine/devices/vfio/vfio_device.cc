@@ -41,6 +41,7 @@ Result<std::unique_ptr<VfioDevice>> VfioDevice::Open(const VfioSpec& spec, Devic
     return d;
   }
   GM_RETURN_IF_ERROR(kstate == kStateError ? d->Discard() : d->KSet(kStateStop));
+  d->lost_.clear();  // nothing of this migration was there to lose
   d->state_ = DeviceState::kStop;
   return d;
 }
@@ -74,7 +75,7 @@ Status VfioDevice::SetState(DeviceState next) {
     state_ = next;
     return st;
   }
-  return Recover(std::move(st));
+  return Recover(next, std::move(st));
 }
 
 Status VfioDevice::Step(DeviceState next) {
@@ -95,33 +96,53 @@ Status VfioDevice::Step(DeviceState next) {
   }
 }
 
-// A destination drops what it received: reset (the kernel's way out of any
-// state, ERROR included: -> RUNNING), then STOP, ready for another attempt.
-Status VfioDevice::Discard() {
+// VFIO_DEVICE_RESET: the kernel's way out of any state, ERROR included (->
+// RUNNING), at the price of the device's own state, which LostState() then names.
+Status VfioDevice::Reset(std::string_view what_is_lost) {
   CloseData();
   GM_RETURN_IF_ERROR(calls_.Reset(fd_));
   kstate_ = kStateRunning;
+  if (lost_.empty()) lost_ = fmt::format("{} was reset (VFIO_DEVICE_RESET): {}", Describe(), what_is_lost);
+  return Status::Ok();
+}
+
+// A destination drops what it received: reset, then STOP, ready for another attempt.
+Status VfioDevice::Discard() {
+  GM_RETURN_IF_ERROR(Reset("what it had received is discarded"));
   return KSet(kStateStop);
 }
 
-// After a failed arc: the source back to RUNNING (reset when the device fell
-// into ERROR or will not go back), the destination discarded into ERROR.
-Status VfioDevice::Recover(Status why) {
-  if (role_ == DeviceRole::kDestination) {
-    Status d = Discard();
+// After a failed arc. A source goes back to RUNNING (reset only when it fell into
+// ERROR or will not go back). A destination discards what it received, except
+// when STOP -> RUNNING failed after Commit: then it may hold the only verified
+// copy, so it is left alone in STOP unless the driver itself put it in ERROR.
+Status VfioDevice::Recover(DeviceState next, Status why) {
+  if (role_ == DeviceRole::kSource) return RecoverSource(std::move(why));
+  if (next == DeviceState::kRunning && state_ == DeviceState::kStop) {
+    auto now = calls_.GetState(fd_);
+    if (now.ok()) kstate_ = *now;
+    if (now.ok() && *now == kStateStop) return why;  // still STOP, the state intact: in doubt, not lost
+    if (lost_.empty()) {
+      lost_ = fmt::format("{} fell into {} while starting: the state it had received and verified is lost",
+                          Describe(), now.ok() ? StateName(*now) : "an unknown state");
+    }
     state_ = DeviceState::kError;
-    return d.ok() ? why : why.WithContext(fmt::format("and discarding failed: {}", d.message()));
+    return why;
   }
+  Status d = Discard();
+  state_ = DeviceState::kError;
+  return d.ok() ? why : why.WithContext(fmt::format("and discarding failed: {}", d.message()));
+}
+
+Status VfioDevice::RecoverSource(Status why) {
   CloseData();
   auto now = calls_.GetState(fd_);
   if (now.ok()) kstate_ = *now;
-  Status back = (now.ok() && *now != kStateError) ? KSet(kStateRunning) : Status(StatusCode::kUnavailable, "ERROR");
+  Status back = (now.ok() && *now != kStateError) ? KSet(kStateRunning) : Internal("the device is in ERROR");
+  if (!back.ok()) back = Reset("it runs again, but its device state from before the migration is lost");
   if (!back.ok()) {
-    back = calls_.Reset(fd_);
-    if (back.ok()) kstate_ = kStateRunning;
+    return Internal(fmt::format("{}; and the device could not be reset: {}", why.message(), back.message()));
   }
-  if (!back.ok()) return Internal(fmt::format("{}; and the device could not be reset: {}", why.message(),
-                                              back.message()));
   state_ = DeviceState::kRunning;
   return why;
 }
@@ -154,7 +175,10 @@ PendingBytes VfioDevice::PendingEstimate() const {
   p.stop_copy_bytes = size.ok() ? *size : kUnknownStopCopyBytes;
   if (kstate_ == kStatePreCopy && data_fd_ >= 0) {
     auto info = calls_.Precopy(data_fd_);
-    if (info.ok()) p.precopy_bytes = info->initial_bytes + info->dirty_bytes;
+    if (info.ok()) {  // saturating: a device may report anything
+      p.precopy_bytes = info->dirty_bytes > UINT64_MAX - info->initial_bytes ? UINT64_MAX
+                                                                               : info->initial_bytes + info->dirty_bytes;
+    }
   }
   return p;
 }

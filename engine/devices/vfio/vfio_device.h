@@ -36,6 +36,7 @@ class VfioDevice final : public Device {
   bool StreamsState() const override { return true; }
   Result<size_t> ReadStateChunk(std::span<std::byte> out) override;
   Status WriteStateChunk(std::span<const std::byte> in) override;
+  std::string LostState() const override { return lost_; }
 
   uint64_t migration_flags() const { return flags_; }
   bool pre_copy() const { return (flags_ & VFIO_MIGRATION_PRE_COPY) != 0; }
@@ -55,8 +56,10 @@ class VfioDevice final : public Device {
   // Kernel SET to `to`; a data fd it opens replaces the current one.
   Status KSet(uint32_t to);
   Status Step(DeviceState next);
-  Status Recover(Status why);
+  Status Recover(DeviceState next, Status why);
+  Status RecoverSource(Status why);
   Status Discard();
+  Status Reset(std::string_view what_is_lost);
   void CloseData();
 
   Calls calls_;
@@ -69,6 +72,7 @@ class VfioDevice final : public Device {
   DeviceState state_ = DeviceState::kRunning;
   int data_fd_ = -1;
   bool stream_ended_ = false;
+  std::string lost_;  // LostState(): set when a reset threw the device's state away
   std::vector<RegionInfo> regions_;
   NoPages tracker_;
 };

@@ -61,6 +61,9 @@ struct Pair {
   void ExpectAbortedWithSourceRunning(std::string_view why) {
     EXPECT_EQ(res.source.outcome, Outcome::kAborted);
     EXPECT_NE(res.source.status.message().find(why), std::string::npos) << res.source.status.ToString();
+    // A device's own error is not a broken connection (kUnavailable would read as one).
+    EXPECT_EQ(res.source.status.message().find("closed the connection"), std::string::npos)
+        << res.source.status.ToString();
     EXPECT_EQ(src.dev->state(), kStateRunning) << "the source runs on";
     EXPECT_NE(dst.dev->state(), kStateRunning) << "the destination never runs";
     EXPECT_EQ(src.kernel.OpenFds(), 0u);
@@ -153,6 +156,9 @@ TEST(VfioMigration, DestinationRefusingTheStreamAbortsBothSides) {
   r.ExpectAbortedWithSourceRunning("EINVAL");
   EXPECT_EQ(r.res.destination.outcome, Outcome::kAborted);
   EXPECT_EQ(r.dst.dev->state(), kStateStop) << "the destination discarded what it received";
+  EXPECT_GE(r.dst.dev->resets(), 1) << "discarding is a reset, not just a return to STOP";
+  EXPECT_EQ(r.src.dev->resets(), 0);
+  EXPECT_NE(r.res.source.resolution.find("memory intact"), std::string::npos) << r.res.source.resolution;
 }
 
 TEST(VfioMigration, SourceArcIntoErrorIsResetAndRunsOn) {
@@ -160,12 +166,75 @@ TEST(VfioMigration, SourceArcIntoErrorIsResetAndRunsOn) {
   r.src.dev->faults.error_on_next_arc = true;  // RUNNING -> PRE_COPY
   r.Migrate();
   r.ExpectAbortedWithSourceRunning("SET MIG_DEVICE_STATE RUNNING -> PRE_COPY failed");
+  EXPECT_EQ(r.src.dev->resets(), 1);
+  // Out of ERROR only a reset leads, and a reset device starts from scratch: the
+  // report must not claim the source kept its state.
+  EXPECT_EQ(r.res.source.resolution.find("memory intact"), std::string::npos) << r.res.source.resolution;
+  EXPECT_NE(r.res.source.resolution.find("was reset (VFIO_DEVICE_RESET)"), std::string::npos)
+      << r.res.source.resolution;
+}
+
+TEST(VfioMigration, SourceArcThatFailsWithoutErrorReturnsToRunningIntact) {
+  Pair r(kAll, 1 << 20);
+  r.src.dev->faults.fail_next_arc = true;  // RUNNING -> PRE_COPY fails; the device stays RUNNING
+  r.Migrate();
+  r.ExpectAbortedWithSourceRunning("RUNNING -> PRE_COPY failed");
+  EXPECT_EQ(r.src.dev->resets(), 0) << "no reset when the device can simply go back";
+  EXPECT_NE(r.res.source.resolution.find("memory intact"), std::string::npos) << r.res.source.resolution;
+}
+
+// After Commit the destination may hold the only verified copy: a failed
+// STOP -> RUNNING must not reset it unless the driver itself lost it.
+TEST(VfioMigration, DestinationStartFailingAfterCommitKeepsTheVerifiedState) {
+  Pair r(kAll, 1 << 20);
+  r.opt.destination.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kCommitReceived) r.dst.dev->faults.fail_next_arc = true;
+  };
+  r.Migrate();
+  EXPECT_EQ(r.res.destination.outcome, Outcome::kInDoubt) << r.res.destination.status.ToString();
+  EXPECT_EQ(r.dst.dev->resets(), 0) << "the verified state was not thrown away";
+  EXPECT_EQ(r.dst.dev->state(), kStateStop);
+  EXPECT_TRUE(r.dst.dev->Memory() == r.src.dev->Memory()) << "the destination still holds the whole state";
+  EXPECT_NE(r.res.destination.resolution.find("holds the complete, verified state"), std::string::npos)
+      << r.res.destination.resolution;
+}
+
+TEST(VfioMigration, DestinationFallingIntoErrorAfterCommitSaysItsStateIsLost) {
+  Pair r(kAll, 1 << 20);
+  r.opt.destination.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kCommitReceived) r.dst.dev->faults.error_on_next_arc = true;
+  };
+  r.Migrate();
+  EXPECT_EQ(r.res.destination.outcome, Outcome::kInDoubt) << r.res.destination.status.ToString();
+  EXPECT_EQ(r.res.destination.resolution.find("holds the complete, verified state"), std::string::npos)
+      << r.res.destination.resolution;
+  EXPECT_NE(r.res.destination.resolution.find("is lost; resume the source"), std::string::npos)
+      << r.res.destination.resolution;
 }
 
 TEST(VfioMigration, DestinationArcIntoErrorAbortsWithTheSourceRunning) {
   Pair r(kAll, 1 << 20);
   r.Migrate([&] { r.dst.dev->faults.error_on_next_arc = true; });  // STOP -> RESUMING
   r.ExpectAbortedWithSourceRunning("STOP -> RESUMING");
+}
+
+// An incremental checkpoint continues an earlier session; a streaming device's
+// state is one stream per saving session, and a restore would play both parts
+// into one RESUMING session: refused before anything moves.
+TEST(VfioMigration, AContinuationOfAStreamingDeviceIsRefused) {
+  Pair r(kAll, 1 << 20);
+  r.opt.source.session_id = 42;
+  SessionContinuation c;
+  c.first_round = 3;
+  c.frames_per_stream = {10};
+  r.opt.source.continuation = c;
+  r.opt.data_streams = 1;
+  r.opt.destination.peer_timeout = std::chrono::seconds(2);  // the source refuses before its Hello
+  r.Migrate();
+  EXPECT_EQ(r.res.source.outcome, Outcome::kAborted);
+  EXPECT_NE(r.res.source.status.message().find("cannot continue from an earlier checkpoint"), std::string::npos)
+      << r.res.source.status.ToString();
+  EXPECT_EQ(r.src.dev->state(), kStateRunning);
 }
 
 }  // namespace

@@ -200,6 +200,7 @@ int FakeVfioDevice::SetState(FakeKernel& k, uint32_t target, int32_t* data_fd) {
 }
 
 int FakeVfioDevice::Step(FakeKernel& k, uint32_t next, int32_t* data_fd) {
+  if (faults.fail_next_arc.exchange(false)) return -EIO;
   if (faults.error_on_next_arc.exchange(false)) {
     state_ = kStateError;
     ++session_;
@@ -241,6 +242,8 @@ int FakeVfioDevice::Reset() {
   ++session_;
   saving_ = false;
   partial_.clear();
+  std::fill(memory_.begin(), memory_.end(), std::byte{0});  // a reset device starts from scratch
+  ++resets_;
   return 0;
 }
 

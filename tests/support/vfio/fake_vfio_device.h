@@ -72,6 +72,7 @@ struct FakeVfioFaults {
   std::atomic<bool> lie_precopy_sizes{false};       // PRECOPY_INFO reports 0/0 while data is pending
   std::atomic<bool> refuse_resume_stream{false};    // resume write() -> -EINVAL
   std::atomic<bool> error_on_next_arc{false};       // the next arc step fails with -EIO, device -> ERROR
+  std::atomic<bool> fail_next_arc{false};           // the next arc step fails with -EIO, device stays put
 };
 
 // Record header of the fake stream.
@@ -98,7 +99,9 @@ class FakeVfioDevice : public std::enable_shared_from_this<FakeVfioDevice> {
 
   // Called by the files.
   int FeatureIoctl(FakeKernel& k, vfio_device_feature* f);
+  // VFIO_DEVICE_RESET: RUNNING in the reset state; the device's memory is wiped.
   int Reset();
+  int resets() const { return resets_.load(); }
   bool cdev() const { return cfg_.cdev; }
   ssize_t SaveRead(uint64_t session, void* buf, size_t len);
   ssize_t ResumeWrite(uint64_t session, const void* buf, size_t len);
@@ -119,6 +122,7 @@ class FakeVfioDevice : public std::enable_shared_from_this<FakeVfioDevice> {
   std::atomic<bool> opened_{false};
   uint32_t state_;
   std::vector<std::byte> memory_;
+  std::atomic<int> resets_{0};
   std::vector<bool> dirty_;      // chunk pending in the saving stream
   std::vector<bool> sent_once_;  // chunk already sent once in this session (dirty, not initial)
   uint64_t session_ = 0;         // the live data session (0: none)
