@@ -1,7 +1,9 @@
 #include "cli/estimate_command.h"
 
 #include "cli/print.h"
+#include "cli/projection_print.h"
 
+#include <algorithm>
 #include <thread>
 
 #include <fmt/format.h>
@@ -37,6 +39,31 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
                 "With --project: scale the dirty working sets with the size (scale) or keep them as measured (same)")
       ->check(CLI::IsMember({"scale", "same"}))
       ->capture_default_str();
+  c->add_flag("--project-per-gpu", f.project_per_gpu,
+              "With --project NxSIZE: the measured device is one GPU; N GPUs hold N times its regions (scaled to "
+              "SIZE) and dirty N times its rate");
+  c->add_option("--kv-rate-per-gpu", f.kv_rate_per_gpu,
+                "With --project NxSIZE: instead of the measured dirty rate, a KV cache appended at this rate per GPU, "
+                "e.g. 200MB/s");
+  c->add_option("--static-fraction", f.static_fraction,
+                "With --kv-rate-per-gpu: the share of each GPU's memory never written (weights)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  c->add_flag("--project-table", f.project_table,
+              "Print the projection for several GPU counts and links (with --project SIZE per GPU), beside "
+              "stop-and-copy");
+  c->add_option("--table-gpus", f.table_gpus, "GPU counts of the table")->capture_default_str();
+  c->add_option("--table-links", f.table_links, "Links of the table")->capture_default_str();
+  c->add_option("--plot", f.plot, "With --project-table: also draw it as an SVG file");
+  c->add_option("--target", f.target,
+                "Host profile measured on the target (`gpumigrate calibrate --profile-out FILE` there); default: "
+                "this host's, scaled to --cores");
+  c->add_option("--cores", f.cores, "Cores per side available to the migration on the target (default: the profile's)")
+      ->check(CLI::Range(1, 4096));
+  c->add_option("--streams", f.streams, "Data streams of the projected migration (default: the migration's)")
+      ->check(CLI::Range(1, 64));
+  c->add_option("--nic", f.nic, "The target's NIC rate, when below the link");
+  c->add_option("--per-stream", f.per_stream, "The most one data stream carries on the target, e.g. 25Gbit");
   c->add_option("--codec", f.codec,
                 "The codec the migration will use: none, zstd[:LEVEL], shuffle[:LEVEL] or auto; the sampled ratios of "
                 "both codecs are shown either way")
@@ -47,16 +74,69 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
   return c;
 }
 
-Result<uint64_t> ParseProjectedSize(const std::string& text) {
+Result<ProjectedSize> ParseProjectedSize(const std::string& text) {
+  ProjectedSize p;
   size_t x = text.find_first_of("xX*");
-  if (x == std::string::npos) return ParseSize(text);
+  if (x == std::string::npos) {
+    GM_ASSIGN_OR_RETURN(p.bytes_per_gpu, ParseSize(text));
+    return p;
+  }
   auto count = ParseUint(std::string_view(text).substr(0, x), 1);
-  if (!count.ok()) {
+  if (!count.ok() || *count > 4096) {
     return InvalidArgument(fmt::format("--project: '{}' should be SIZE or COUNTxSIZE, e.g. 8x80GB", text));
   }
-  GM_ASSIGN_OR_RETURN(uint64_t each, ParseSize(text.substr(x + 1)));
-  return *count * each;
+  p.gpus = static_cast<uint32_t>(*count);
+  GM_ASSIGN_OR_RETURN(p.bytes_per_gpu, ParseSize(text.substr(x + 1)));
+  return p;
 }
+
+namespace {
+
+Status SetProjection(const EstimateFlags& f, EstimateOptions& o) {
+  using M = WorkloadProjection::Mode;
+  GM_ASSIGN_OR_RETURN(ProjectedSize ps, ParseProjectedSize(f.project));
+  o.project = true;
+  o.workload.gpus = ps.gpus;
+  o.workload.bytes_per_gpu = ps.bytes_per_gpu;
+  o.workload.mode = f.project_dirty == "scale" ? M::kScale : M::kSame;
+  if (f.project_per_gpu) o.workload.mode = M::kPerGpu;
+  if (!f.kv_rate_per_gpu.empty()) {
+    if (f.project_per_gpu) return InvalidArgument("--kv-rate-per-gpu and --project-per-gpu exclude each other");
+    o.workload.mode = M::kExplicit;
+    GM_ASSIGN_OR_RETURN(o.workload.kv_rate_per_gpu, ParseRateBytesPerS(f.kv_rate_per_gpu));
+    o.workload.static_fraction = f.static_fraction;
+  }
+  return Status::Ok();
+}
+
+Status SetTarget(const EstimateFlags& f, EstimateOptions& o) {
+  HostProfile hp;
+  TargetSpec t;
+  if (f.target.empty()) {
+    GM_ASSIGN_OR_RETURN(hp, LoadOrMeasureHostProfile(f.recalibrate));
+    t.rates_source = fmt::format("measured on this host ({}, {} cores, {}){}", hp.host, hp.cores, hp.measured_at,
+                                 f.cores && f.cores != hp.cores ? fmt::format(", scaled to {} cores", f.cores) : "");
+  } else {
+    GM_ASSIGN_OR_RETURN(hp, LoadHostProfile(f.target));
+    t.rates_source = fmt::format("from {} (measured on {}, {} cores, {})", f.target, hp.host, hp.cores,
+                                 hp.measured_at);
+  }
+  t.per_core = hp.per_core;
+  t.cores = f.cores ? f.cores : hp.cores;
+  // Without --streams, one stream per core of the target (at most 64): the
+  // migration's own default follows the cores of the host it runs on.
+  t.streams = f.streams ? f.streams : std::min<uint32_t>(64, t.cores);
+  if (!f.nic.empty()) {
+    GM_ASSIGN_OR_RETURN(t.nic_bytes_per_s, ParseRateBytesPerS(f.nic));
+  }
+  if (!f.per_stream.empty()) {
+    GM_ASSIGN_OR_RETURN(t.per_stream_bytes_per_s, ParseRateBytesPerS(f.per_stream));
+  }
+  o.target = t;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
   EstimateOptions o;
@@ -72,13 +152,18 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
     GM_ASSIGN_OR_RETURN(o.link_bytes_per_s, ParseRateBytesPerS(f.link));
     o.link_text = f.link;
   }
-  if (!f.project.empty()) {
-    GM_ASSIGN_OR_RETURN(o.project_bytes, ParseProjectedSize(f.project));
-    o.project_scale_dirty = f.project_dirty == "scale";
-  }
   o.recalibrate = f.recalibrate;
   GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));
   o.sample.codec_level = o.codec.level;
+  if (!f.project.empty()) GM_RETURN_IF_ERROR(SetProjection(f, o));
+  if (f.project_table && !o.project) return InvalidArgument("--project-table needs --project SIZE (per GPU)");
+  if ((f.project_per_gpu || !f.kv_rate_per_gpu.empty()) && !o.project) {
+    return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
+  }
+  if (!f.plot.empty() && !f.project_table) return InvalidArgument("--plot draws the --project-table");
+  if (o.project || !f.target.empty() || f.cores || f.streams || !f.nic.empty() || !f.per_stream.empty()) {
+    GM_RETURN_IF_ERROR(SetTarget(f, o));
+  }
   return o;
 }
 
@@ -109,6 +194,12 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
   Print(out, "  observed:   {:.2f} s in {} dirty-log syncs; nothing was sent\n", r.measured.sample_s,
              r.measured.syncs);
   Print(out, "  bandwidth:  {}\n", r.link_source);
+  if (r.pipeline) {
+    for (const auto& l : r.pipeline->limits) {
+      Print(out, "    {:<16} {:>12}  {}{}\n", l.name, FormatRate(l.raw_bytes_per_s), l.detail,
+            l.name == r.pipeline->binds ? "  <- binds" : "");
+    }
+  }
   Print(out, "  fixed switchover cost: {:.2f} ms{}\n",
              std::chrono::duration<double, std::milli>(r.params.fixed_cost).count(),
              r.calibrated_now ? " (calibrated just now)" : "");
@@ -142,6 +233,43 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
   for (const auto& a : r.assumptions) Print(out, "    - {}\n", a);
 }
 
+namespace {
+
+int RunProjectionTable(const EstimateFlags& f, const EstimateOptions& o, Device& device) {
+  auto gpus = ParseGpuList(f.table_gpus);
+  auto links = ParseLinkList(f.table_links);
+  if (!gpus.ok() || !links.ok()) {
+    Print(stderr, "gpumigrate estimate: {}\n", (!gpus.ok() ? gpus.status() : links.status()).message());
+    return 2;
+  }
+  auto cal = LoadOrCalibrate(o.recalibrate);
+  if (!cal.ok()) {
+    Print(stderr, "gpumigrate estimate: {}\n", cal.status().message());
+    return 1;
+  }
+  auto measured = ProfileDevice(device, o.sample, SystemClock());
+  auto table = measured.ok() ? ProjectTable(*measured, o, *cal, *gpus, *links) : Result<ProjectionTable>(measured.status());
+  if (!table.ok()) {
+    Print(stderr, "gpumigrate estimate: {}\n", table.status().message());
+    return 1;
+  }
+  if (f.json) {
+    Print("{}\n", ProjectionTableToJson(*table));
+  } else {
+    PrintProjectionTable(stdout, *table);
+  }
+  if (!f.plot.empty()) {
+    if (Status s = WriteProjectionSvg(*table, f.plot); !s.ok()) {
+      Print(stderr, "gpumigrate estimate: {}\n", s.message());
+      return 1;
+    }
+    Print(stderr, "plot written to {}\n", f.plot);
+  }
+  return 0;
+}
+
+}  // namespace
+
 int RunEstimate(const EstimateFlags& f) {
   auto opts = MakeEstimateOptions(f);
   auto warmup = ParseDuration(f.warmup);
@@ -156,6 +284,7 @@ int RunEstimate(const EstimateFlags& f) {
   }
   Print(stderr, "observing {} for {} (after {} warm-up)...\n", dev->device->Describe(), f.sample, f.warmup);
   std::this_thread::sleep_for(*warmup);
+  if (f.project_table) return RunProjectionTable(f, *opts, *dev->device);
   auto report = EstimateDevice(*dev->device, *opts, SystemClock());
   if (!report.ok()) {
     Print(stderr, "gpumigrate estimate: {}\n", report.status().message());

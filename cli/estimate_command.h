@@ -23,6 +23,17 @@ struct EstimateFlags {
   uint32_t max_rounds = 30;
   std::string project;  // "640GB" or "8x80GB"
   std::string project_dirty = "scale";
+  bool project_per_gpu = false;     // the measured device is one GPU
+  std::string kv_rate_per_gpu;      // explicit workload: KV cache append rate per GPU
+  double static_fraction = 0.7;     // explicit workload: never-written share per GPU
+  bool project_table = false;
+  std::string table_gpus = "1,2,4,8";
+  std::string table_links = "25Gbit,100Gbit,400Gbit";
+  std::string plot;                 // SVG file for the table
+  std::string target;               // host profile file measured on the target
+  uint32_t cores = 0;               // 0: the profile's
+  uint32_t streams = 0;             // 0: the migration's default
+  std::string nic, per_stream;
   std::string warmup = "500ms";
   std::string codec = "none";
   bool recalibrate = false;
@@ -32,8 +43,12 @@ struct EstimateFlags {
 CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& flags);
 int RunEstimate(const EstimateFlags& flags);
 
-// Parses "640GB" or "8x80GB" (count x size).
-Result<uint64_t> ParseProjectedSize(const std::string& text);
+// Parses "640GB" (1 x 640GB) or "8x80GB" (count x size per GPU).
+struct ProjectedSize {
+  uint32_t gpus = 1;
+  uint64_t bytes_per_gpu = 0;
+};
+Result<ProjectedSize> ParseProjectedSize(const std::string& text);
 // Builds EstimateOptions from the flags shared with `demo --dry-run`.
 Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f);
 // The estimate a probe (`--dry-run`) runs first: the migration's own options,

@@ -14,6 +14,7 @@
 
 #include "cli/checkpoint_commands.h"
 #include "cli/demo_command.h"
+#include "cli/calibrate_command.h"
 #include "cli/estimate_command.h"
 #include "cli/inventory_command.h"
 #include "cli/net_commands.h"
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd = gpumigrate::cli::AddPlanCommand(app, plan);
   gpumigrate::cli::InventoryFlags inventory;
   CLI::App* inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, inventory);
+  gpumigrate::cli::CalibrateFlags calibrate;
+  CLI::App* calibrate_cmd = gpumigrate::cli::AddCalibrateCommand(app, calibrate);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -130,6 +133,7 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   if (*demo_cmd) return gpumigrate::cli::RunDemo(demo, g_cancel);
   if (*estimate_cmd) return gpumigrate::cli::RunEstimate(estimate);
+  if (*calibrate_cmd) return gpumigrate::cli::RunCalibrate(calibrate);
   if (*migrate_cmd) return gpumigrate::cli::RunMigrate(migrate, g_cancel);
   if (*receive_cmd) return gpumigrate::cli::RunReceive(receive, g_cancel);
   if (*resume_cmd) return gpumigrate::cli::RunHeld(held, false);

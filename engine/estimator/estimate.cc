@@ -1,6 +1,7 @@
 // EstimateDevice: the dry run end to end (measure, choose bandwidth and fixed
 // cost, optionally project, predict) and its JSON form for automation.
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,23 +13,11 @@
 
 namespace gpumigrate {
 
-Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, Clock& clock) {
-  EstimateReport r;
-  GM_ASSIGN_OR_RETURN(Calibration cal, LoadOrCalibrate(o.recalibrate));
-  r.calibration_path = cal.path;
-  r.calibration_time = cal.measured_at;
-  r.calibrated_now = cal.measured_now;
-  GM_ASSIGN_OR_RETURN(r.measured, ProfileDevice(device, o.sample, clock));
-  r.modelled = r.measured;
-  if (o.project_bytes > 0) {
-    r.modelled = ProjectProfile(r.measured, o.project_bytes, o.project_scale_dirty, &r.assumptions);
-  }
+namespace {
+
+// Bandwidth from this host's calibrated in-process pipeline, capped by --link.
+void CalibratedBandwidth(const EstimateOptions& o, const Calibration& cal, EstimateReport& r) {
   ModelParams& p = r.params;
-  r.pipeline_bytes_per_s = cal.inprocess_bytes_per_s;
-  p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal.fixed_cost_ms * 1e6));
-  p.downtime_target = o.downtime_target;
-  p.max_stun = o.max_stun;
-  p.max_rounds = o.max_rounds;
   if (o.link_bytes_per_s > 0) {
     // The pipeline (read, hash, frame, apply) can be slower than the link: the
     // migration runs at the slower of the two.
@@ -56,18 +45,15 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
     r.link = fmt::format("{:.0f}B/s", p.bandwidth_mid);
     r.assumptions.push_back("no --link given: the bandwidth of an in-process migration on this host, as calibrated");
   }
-  r.assumptions.push_back(fmt::format("fixed switchover cost {:.2f} ms, calibrated {} ({})", cal.fixed_cost_ms,
-                                      cal.measured_at, cal.path));
-  r.assumptions.push_back(fmt::format(
-      "the workload keeps behaving as in the {:.2f} s observed; windows longer than that extend the last measured "
-      "growth rate",
-      r.measured.sample_s));
-  // Compression: the ratio a codec effectively reaches on this link, capped by
-  // how fast it compresses (min(ratio, speed / link)).
+}
+
+// Compression: the ratio a codec effectively reaches on this link, capped by
+// how fast it compresses (min(ratio, speed / link)).
+void CalibratedCodecs(const EstimateOptions& o, EstimateReport& r) {
   for (auto& rp : r.modelled.regions) {
     CodecKind k = ChooseRegionCodec(o.codec, rp.codecs, o.link_bytes_per_s);
     rp.codec = std::string(CodecKindName(k));
-    rp.compression_ratio = k == CodecKind::kNone ? 1.0 : EffectiveRatio(rp.codecs, k, p.bandwidth_mid);
+    rp.compression_ratio = k == CodecKind::kNone ? 1.0 : EffectiveRatio(rp.codecs, k, r.params.bandwidth_mid);
   }
   r.assumptions.push_back(
       o.codec.mode == CodecChoice::Mode::kNone
@@ -75,8 +61,95 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
           : fmt::format("codec {}: each region's sampled ratio, capped by its measured compression speed over the "
                         "link (min(ratio, speed / bandwidth))",
                         o.codec.ToString()));
+}
+
+double SampledRatio(const CodecSample& s, CodecKind k) {
+  return k == CodecKind::kZstd ? s.zstd_ratio : k == CodecKind::kShuffleZstd ? s.shuffle_ratio : 1.0;
+}
+
+// Bandwidth and codecs from the target's pipeline: per-core stage rates times
+// the cores the streams can use, the link, the NIC. The codec's CPU cost is in
+// the pipeline, so regions get their sampled ratios uncapped.
+Status TargetBandwidth(const EstimateOptions& o, EstimateReport& r) {
+  TargetSpec t = *o.target;
+  t.link_bytes_per_s = o.link_bytes_per_s;
+  double raw = 0, wire = 0;
+  std::map<CodecKind, double> raw_by_codec;
+  for (auto& rp : r.modelled.regions) {
+    CodecKind k = ChooseRegionCodec(o.codec, rp.codecs, o.link_bytes_per_s);
+    rp.codec = std::string(CodecKindName(k));
+    rp.compression_ratio = std::max(1.0, SampledRatio(rp.codecs, k));
+    const double bytes = static_cast<double>(rp.info.size_bytes) * rp.nonzero_fraction;
+    raw += bytes;
+    wire += bytes / rp.compression_ratio;
+    raw_by_codec[k] += bytes;
+  }
+  // The codec most of the data uses sets the pipeline's stages; the ratio is the data's overall one.
+  CodecKind main = CodecKind::kNone;
+  for (const auto& [k, b] : raw_by_codec) {
+    if (b > raw_by_codec[main]) main = k;
+  }
+  const double ratio = wire > 0 ? raw / wire : 1.0;
+  GM_ASSIGN_OR_RETURN(PipelineBound b, TargetPipeline(t, main, ratio));
+  ModelParams& p = r.params;
+  p.bandwidth_mid = b.wire_bytes_per_s;
+  p.bandwidth_high = b.wire_bytes_per_s;
+  p.bandwidth_low = 0.9 * b.wire_bytes_per_s;
+  r.link = o.link_text.empty() ? fmt::format("{:.0f}B/s", b.wire_bytes_per_s) : o.link_text;
+  r.link_source = fmt::format("target pipeline: {} raw ({} on the wire), bound by the {}", FormatRate(b.raw_bytes_per_s),
+                              FormatRate(b.wire_bytes_per_s), b.binds);
+  r.assumptions.push_back(fmt::format(
+      "target: {} cores per side, {} data streams, per-core stage rates {}; the pipeline runs at the lowest of its "
+      "limits, here the {}; the pessimistic bound takes 90% of it",
+      t.cores, t.streams, t.rates_source, b.binds));
+  r.assumptions.push_back(
+      o.codec.mode == CodecChoice::Mode::kNone
+          ? std::string("no compression (--codec none)")
+          : fmt::format("codec {}: each region's sampled ratio; its CPU cost is a stage of the target's pipeline",
+                        o.codec.ToString()));
+  r.pipeline = std::move(b);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const EstimateOptions& o,
+                                           const Calibration& cal) {
+  EstimateReport r;
+  r.calibration_path = cal.path;
+  r.calibration_time = cal.measured_at;
+  r.calibrated_now = cal.measured_now;
+  r.measured = measured;
+  r.modelled = r.measured;
+  if (o.project) {
+    GM_ASSIGN_OR_RETURN(r.modelled, ProjectWorkload(r.measured, o.workload, &r.assumptions));
+  }
+  ModelParams& p = r.params;
+  r.pipeline_bytes_per_s = cal.inprocess_bytes_per_s;
+  p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal.fixed_cost_ms * 1e6));
+  p.downtime_target = o.downtime_target;
+  p.max_stun = o.max_stun;
+  p.max_rounds = o.max_rounds;
+  if (o.target) {
+    GM_RETURN_IF_ERROR(TargetBandwidth(o, r));
+  } else {
+    CalibratedBandwidth(o, cal, r);
+  }
+  r.assumptions.push_back(fmt::format("fixed switchover cost {:.2f} ms, calibrated {} ({})", cal.fixed_cost_ms,
+                                      cal.measured_at, cal.path));
+  r.assumptions.push_back(fmt::format(
+      "the workload keeps behaving as in the {:.2f} s observed; windows longer than that extend the last measured "
+      "growth rate",
+      r.measured.sample_s));
+  if (!o.target) CalibratedCodecs(o, r);
   r.prediction = Predict(r.modelled, p);
   return r;
+}
+
+Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, Clock& clock) {
+  GM_ASSIGN_OR_RETURN(Calibration cal, LoadOrCalibrate(o.recalibrate));
+  GM_ASSIGN_OR_RETURN(DeviceProfile measured, ProfileDevice(device, o.sample, clock));
+  return EstimateFromProfile(measured, o, cal);
 }
 
 namespace {
@@ -115,6 +188,16 @@ std::string EstimateToJson(const EstimateReport& r) {
                                 {"source", r.link_source}};
   j["link"] = r.link;
   j["pipeline_bytes_per_s"] = r.pipeline_bytes_per_s;
+  if (r.pipeline) {
+    nlohmann::ordered_json limits = nlohmann::ordered_json::array();
+    for (const auto& l : r.pipeline->limits) {
+      limits.push_back({{"name", l.name}, {"raw_bytes_per_s", l.raw_bytes_per_s}, {"detail", l.detail}});
+    }
+    j["target_pipeline"] = {{"raw_bytes_per_s", r.pipeline->raw_bytes_per_s},
+                            {"wire_bytes_per_s", r.pipeline->wire_bytes_per_s},
+                            {"binds", r.pipeline->binds},
+                            {"limits", limits}};
+  }
   j["max_rounds"] = r.params.max_rounds;
   j["fixed_cost_ms"] = std::chrono::duration<double, std::milli>(r.params.fixed_cost).count();
   j["device_state_bytes"] = r.modelled.device_state_bytes;

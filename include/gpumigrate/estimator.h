@@ -18,13 +18,16 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "gpumigrate/calibration.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/device.h"
+#include "gpumigrate/projection.h"
 #include "gpumigrate/session.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/switchover.h"
@@ -127,8 +130,12 @@ struct EstimateOptions {
   std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
   uint32_t max_rounds = 30;
   CodecChoice codec;            // what the migration will use
-  uint64_t project_bytes = 0;   // 0: no projection
-  bool project_scale_dirty = true;
+  bool project = false;         // model `workload` instead of the measured device
+  WorkloadProjection workload;
+  // Set: the bandwidth is the target's pipeline (TargetPipeline) at the link,
+  // not this host's calibrated in-process pipeline; target->link_bytes_per_s is
+  // link_bytes_per_s.
+  std::optional<TargetSpec> target;
   bool recalibrate = false;
 };
 
@@ -143,12 +150,35 @@ struct EstimateReport {
   // rate: the JSON's "link" and "pipeline_bytes_per_s", which the planner reads.
   std::string link;
   double pipeline_bytes_per_s = 0;
+  std::optional<PipelineBound> pipeline;  // with a target: what bounds the rate
   std::string calibration_path, calibration_time;
   bool calibrated_now = false;
   std::vector<std::string> assumptions;
 };
 
 Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& options, Clock& clock);
+// The model half of EstimateDevice, from a profile already measured: project,
+// choose bandwidth and codecs, predict. Pure.
+Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const EstimateOptions& options,
+                                           const Calibration& calibration);
+
+// `estimate --project-table`: one projection per GPU count and link.
+struct ProjectionCell {
+  uint32_t gpus = 0;
+  double link_bytes_per_s = 0;
+  std::string link;  // "100Gbit"
+  EstimateReport estimate;
+  double stop_and_copy_stun_ms = 0;  // everything non-zero sent during the stun, same link and pipeline
+};
+struct ProjectionTable {
+  std::vector<ProjectionCell> cells;  // gpus-major
+  std::vector<std::string> assumptions;  // shared by every cell (those of the largest)
+};
+// `links` as the CLI writes rates ("25Gbit"). Needs options.project and options.target.
+Result<ProjectionTable> ProjectTable(const DeviceProfile& measured, const EstimateOptions& options,
+                                     const Calibration& calibration, const std::vector<uint32_t>& gpus,
+                                     const std::vector<std::string>& links);
+std::string ProjectionTableToJson(const ProjectionTable& t);
 std::string EstimateToJson(const EstimateReport& r);
 
 // The probe run's first half (`demo/migrate --dry-run`): estimate from

@@ -130,6 +130,31 @@ check "estimate --project" 0 $?
 contains "projection states its assumptions" "$tmp/proj" "dirty working sets scale with size"
 contains "projection names the size" "$tmp/proj" "596.05 GiB"
 "$bin" estimate --project 8xlots >"$tmp/e6" 2>&1; check "bad projection" 2 $?
+# Projection to a target: a host profile from `calibrate --profile-out`, read back with --target.
+"$bin" calibrate --profile-out "$tmp/target.json" --json >"$tmp/cal.json" 2>/dev/null; check "calibrate --profile-out" 0 $?
+python3 - "$tmp/cal.json" "$tmp/target.json" <<'PY' || fail=1
+import json, sys
+c = json.load(open(sys.argv[1])); t = json.load(open(sys.argv[2]))
+assert c["fixed_cost_ms"] >= 0 and c["host_profile"]["cores"] >= 1, c
+for k in ("copy", "hash", "aes_gcm", "tcp", "zstd_compress", "zstd_decompress", "shuffle_compress", "shuffle_decompress"):
+    assert t["per_core_bytes_per_s"][k] > 0, k
+print("ok: the host profile holds every stage's rate")
+PY
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --project 80GB --project-per-gpu --target "$tmp/target.json" \
+  --cores 32 --project-table --table-gpus 1,8 --table-links 25Gbit,400Gbit --plot "$tmp/p.svg" >"$tmp/tab" 2>/dev/null
+check "estimate --project-table" 0 $?
+contains "table names the published figure as not ours" "$tmp/tab" "published, not ours"
+contains "table states the per-GPU assumption" "$tmp/tab" "8 GPUs dirty 8 times it"
+contains "table states where the rates come from" "$tmp/tab" "from $tmp/target.json"
+test "$(grep -c 'Gbit' "$tmp/tab")" -ge 4 && echo "ok: a row per GPU count and link" || { echo "FAIL: rows"; cat "$tmp/tab"; fail=1; }
+grep -q "<svg" "$tmp/p.svg" && echo "ok: --plot draws an SVG" || { echo "FAIL: no SVG"; fail=1; }
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --project 8x80GB --kv-rate-per-gpu 200MB/s \
+  --static-fraction 0.7 --cores 64 --link 100Gbit --json >"$tmp/kv.json" 2>/dev/null
+check "estimate with explicit per-GPU figures" 0 $?
+python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert 'target_pipeline' in r and any('given, not measured' in a for a in r['assumptions']), r['assumptions']; print('ok: explicit workload and target pipeline in the JSON')" "$tmp/kv.json" || fail=1
+"$bin" estimate --project 80GB --target "$tmp/absent.json" >"$tmp/e6b" 2>&1; check "missing host profile" 2 $?
+contains "missing host profile is named" "$tmp/e6b" "absent.json"
+"$bin" estimate --project-table >"$tmp/e6c" 2>&1; check "table without a projection" 2 $?
 "$bin" estimate --device proc:1 >"$tmp/e7" 2>&1; check "process without the shim" 2 $?
 contains "proc message" "$tmp/e7" "serves no gpumigrate shim"
 "$bin" estimate --device vfio:/dev/vfio/1 >"$tmp/e8" 2>&1; check "vfio device that is not there" 2 $?

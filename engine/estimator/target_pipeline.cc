@@ -1,0 +1,109 @@
+// TargetPipeline: the rate a migration reaches on a target host, from per-core
+// stage rates, cores, streams and the link (gpumigrate/projection.h).
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gpumigrate/projection.h"
+#include "gpumigrate/units.h"
+
+namespace gpumigrate {
+namespace {
+
+struct Stage {
+  const char* name;
+  double rate;         // bytes/s per core of the bytes it sees
+  double per_raw = 1;  // bytes it sees per raw byte (1/ratio for wire-side stages)
+};
+
+// Seconds of one core per raw byte, and the costliest stage, in words.
+struct SideCost {
+  double s_per_byte = 0;
+  std::string costliest;
+  std::string detail;
+};
+
+Result<SideCost> Sum(const char* side, const std::vector<Stage>& stages) {
+  SideCost c;
+  double worst = -1;
+  for (const Stage& st : stages) {
+    if (!(st.rate > 0) || !std::isfinite(st.rate)) {
+      return InvalidArgument(fmt::format("the {} stage '{}' has no measured per-core rate", side, st.name));
+    }
+    const double s = st.per_raw / st.rate;
+    c.s_per_byte += s;
+    c.detail += fmt::format("{}{} {:.3f}", c.detail.empty() ? "" : " + ", st.name, s * 1e9);
+    if (s > worst) {
+      worst = s;
+      c.costliest = st.name;
+    }
+  }
+  c.detail += " ns/B";
+  return c;
+}
+
+const char* CompressName(CodecKind k) { return k == CodecKind::kZstd ? "zstd compress" : "shuffle+zstd compress"; }
+const char* DecompressName(CodecKind k) {
+  return k == CodecKind::kZstd ? "zstd decompress" : "shuffle+zstd decompress";
+}
+
+}  // namespace
+
+Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, double ratio) {
+  if (t.cores == 0) return InvalidArgument("the target has no cores for the migration");
+  if (t.streams == 0) return InvalidArgument("the target has no data streams");
+  if (!(ratio >= 1) || !std::isfinite(ratio)) ratio = 1;
+  if (codec == CodecKind::kNone) ratio = 1;
+  const StageRates& r = t.per_core;
+  const double wire = 1 / ratio;
+  std::vector<Stage> src{{"read", r.copy}, {"page hash", r.hash}};
+  std::vector<Stage> dst;
+  if (t.network) dst.push_back({"socket receive", r.tcp, wire});
+  if (t.encrypted) dst.push_back({"AES-GCM open", r.aes_gcm, wire});
+  if (codec != CodecKind::kNone) {
+    const bool z = codec == CodecKind::kZstd;
+    src.push_back({CompressName(codec), z ? r.zstd_compress : r.shuffle_compress});
+    dst.push_back({DecompressName(codec), z ? r.zstd_decompress : r.shuffle_decompress});
+  }
+  if (t.encrypted) src.push_back({"AES-GCM seal", r.aes_gcm, wire});
+  if (t.network) src.push_back({"socket send", r.tcp, wire});
+  dst.push_back({"page hash", r.hash});
+  dst.push_back({"write", r.copy});
+  GM_ASSIGN_OR_RETURN(SideCost sc, Sum("source", src));
+  GM_ASSIGN_OR_RETURN(SideCost dc, Sum("destination", dst));
+
+  PipelineBound b;
+  const uint32_t threads = std::min(t.streams, t.cores);
+  auto side = [&](const char* name, const SideCost& c) {
+    b.limits.push_back({name, threads / c.s_per_byte,
+                        fmt::format("{} thread{} (min of {} streams, {} cores) / ({}); costliest: {}", threads,
+                                    threads == 1 ? "" : "s", t.streams, t.cores, c.detail, c.costliest)});
+  };
+  side("source CPU", sc);
+  side("destination CPU", dc);
+  if (t.shared_host) {
+    b.limits.push_back({"shared CPU", t.cores / (sc.s_per_byte + dc.s_per_byte),
+                        fmt::format("source and destination share {} cores", t.cores)});
+  }
+  if (t.link_bytes_per_s > 0) {
+    b.limits.push_back({"link", t.link_bytes_per_s * ratio, fmt::format("{} of wire bytes, compression x{:.2f}",
+                                                                         FormatRate(t.link_bytes_per_s), ratio)});
+  }
+  if (t.nic_bytes_per_s > 0) {
+    b.limits.push_back({"NIC", t.nic_bytes_per_s * ratio, FormatRate(t.nic_bytes_per_s)});
+  }
+  if (t.per_stream_bytes_per_s > 0) {
+    b.limits.push_back({"streams", t.streams * t.per_stream_bytes_per_s * ratio,
+                        fmt::format("{} x {}", t.streams, FormatRate(t.per_stream_bytes_per_s))});
+  }
+  const auto lowest = std::min_element(b.limits.begin(), b.limits.end(), [](const auto& x, const auto& y) {
+    return x.raw_bytes_per_s < y.raw_bytes_per_s;
+  });
+  b.raw_bytes_per_s = lowest->raw_bytes_per_s;
+  b.wire_bytes_per_s = b.raw_bytes_per_s / ratio;
+  b.binds = lowest->name;
+  return b;
+}
+
+}  // namespace gpumigrate

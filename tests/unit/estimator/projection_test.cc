@@ -1,0 +1,252 @@
+// Projection to a target host and to a larger GPU VM (gpumigrate/projection.h),
+// on hand-computed cases.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gpumigrate/estimator.h"
+#include "gpumigrate/projection.h"
+
+namespace gpumigrate {
+namespace {
+
+using namespace std::chrono_literals;
+constexpr double kG = 1e9;
+
+StageRates Uniform(double r) {
+  StageRates s;
+  s.copy = s.hash = s.aes_gcm = s.tcp = r;
+  s.zstd_compress = s.zstd_decompress = s.shuffle_compress = s.shuffle_decompress = r;
+  return s;
+}
+
+TargetSpec Target(uint32_t cores, uint32_t streams, StageRates r) {
+  TargetSpec t;
+  t.cores = cores;
+  t.streams = streams;
+  t.per_core = r;
+  return t;
+}
+
+double LimitOf(const PipelineBound& b, const std::string& name) {
+  for (const auto& l : b.limits) {
+    if (l.name == name) return l.raw_bytes_per_s;
+  }
+  ADD_FAILURE() << "no limit " << name;
+  return 0;
+}
+
+TEST(TargetPipeline, SumsEachSidesStagesOverItsThreads) {
+  // Source: read + hash + seal + send = 4 stages at 1 GB/s: 4 ns/B; 4 threads: 1 GB/s.
+  auto b = TargetPipeline(Target(4, 8, Uniform(kG)), CodecKind::kNone, 1.0);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_NEAR(LimitOf(*b, "source CPU"), 1 * kG, 1);
+  EXPECT_NEAR(LimitOf(*b, "destination CPU"), 1 * kG, 1);
+  EXPECT_NEAR(b->raw_bytes_per_s, 1 * kG, 1);
+  // Threads are min(streams, cores): one stream uses one core however many there are.
+  auto one = TargetPipeline(Target(64, 1, Uniform(kG)), CodecKind::kNone, 1.0);
+  ASSERT_TRUE(one.ok());
+  EXPECT_NEAR(one->raw_bytes_per_s, 0.25 * kG, 1);
+}
+
+TEST(TargetPipeline, TheSlowerSideAndTheLinkBind) {
+  StageRates r = Uniform(kG);
+  r.zstd_compress = 0.25 * kG;  // source: read 1 + hash 1 + compress 4 + (seal + send) at ratio 2: 1 = 7 ns/B
+  r.zstd_decompress = 1 * kG;   // destination: (recv + open) 1 + decompress 1 + hash 1 + write 1 = 4 ns/B
+  TargetSpec t = Target(7, 7, r);
+  auto b = TargetPipeline(t, CodecKind::kZstd, 2.0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->binds, "source CPU");
+  EXPECT_NEAR(b->raw_bytes_per_s, 1 * kG, 1e3);
+  EXPECT_NEAR(b->wire_bytes_per_s, 0.5 * kG, 1e3);
+  t.link_bytes_per_s = 0.1 * kG;  // the link carries wire bytes: 0.2 GB/s raw at ratio 2
+  b = TargetPipeline(t, CodecKind::kZstd, 2.0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->binds, "link");
+  EXPECT_NEAR(b->raw_bytes_per_s, 0.2 * kG, 1);
+  EXPECT_NEAR(b->wire_bytes_per_s, 0.1 * kG, 1);
+}
+
+TEST(TargetPipeline, SharedHostStreamsAndNic) {
+  TargetSpec t = Target(2, 2, Uniform(kG));
+  t.shared_host = true;  // 2 cores for 4 + 4 ns/B
+  auto b = TargetPipeline(t, CodecKind::kNone, 1.0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->binds, "shared CPU");
+  EXPECT_NEAR(b->raw_bytes_per_s, 0.25 * kG, 1);
+  t = Target(64, 4, Uniform(100 * kG));
+  t.per_stream_bytes_per_s = 1 * kG;
+  t.link_bytes_per_s = 12.5 * kG;
+  t.nic_bytes_per_s = 6 * kG;
+  b = TargetPipeline(t, CodecKind::kNone, 1.0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->binds, "streams");
+  EXPECT_NEAR(b->raw_bytes_per_s, 4 * kG, 1);
+  t.per_stream_bytes_per_s = 0;
+  b = TargetPipeline(t, CodecKind::kNone, 1.0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->binds, "NIC");
+}
+
+TEST(TargetPipeline, UnmeasuredStagesAndNoCoresAreErrors) {
+  StageRates r = Uniform(kG);
+  r.aes_gcm = 0;
+  auto b = TargetPipeline(Target(4, 4, r), CodecKind::kNone, 1.0);
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("AES-GCM"), std::string::npos) << b.status().message();
+  TargetSpec plain = Target(4, 4, r);
+  plain.encrypted = false;  // integrity tags only: AES is not a stage
+  EXPECT_TRUE(TargetPipeline(plain, CodecKind::kNone, 1.0).ok());
+  EXPECT_FALSE(TargetPipeline(Target(0, 4, Uniform(kG)), CodecKind::kNone, 1.0).ok());
+  EXPECT_FALSE(TargetPipeline(Target(4, 0, Uniform(kG)), CodecKind::kNone, 1.0).ok());
+}
+
+WorkingSetCurve Linear(double rate) {
+  WorkingSetCurve c;
+  c.window_s = {0.5, 1.0};
+  c.low_bytes = c.mid_bytes = c.high_bytes = {rate / 2, rate};
+  return c;
+}
+
+// One "GPU" of 1 GB: 700 MB of weights never written, a 300 MB KV cache
+// written at 50 MB/s.
+DeviceProfile OneGpu() {
+  DeviceProfile p;
+  p.device = "sim:test";
+  p.device_state_bytes = 1000;
+  RegionProfile w;
+  w.info = RegionInfo{0, "weights", 700'000'000, 65536, RegionHint::kStatic};
+  RegionProfile kv;
+  kv.info = RegionInfo{1, "kv", 300'000'000, 65536, RegionHint::kDynamic};
+  kv.dirty = Linear(50e6);
+  p.regions = {w, kv};
+  return p;
+}
+
+TEST(ProjectWorkload, PerGpuScalesRatesByGpuCountNotBySize) {
+  WorkloadProjection w;
+  w.mode = WorkloadProjection::Mode::kPerGpu;
+  w.gpus = 8;
+  w.bytes_per_gpu = 80'000'000'000;
+  std::vector<std::string> why;
+  auto p = ProjectWorkload(OneGpu(), w, &why);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(p->regions[0].info.size_bytes, 8ull * 56'000'000'000);
+  EXPECT_EQ(p->regions[1].info.size_bytes, 8ull * 24'000'000'000);
+  // 8 GPUs write 8 x 50 MB/s, not 640 x.
+  EXPECT_DOUBLE_EQ(p->regions[1].dirty.Eval(1.0, WorkingSetCurve::Bound::kMid, 1e15), 400e6);
+  EXPECT_EQ(p->device_state_bytes, 8000u);
+  EXPECT_FALSE(why.empty());
+  // The old mode scales the rate with the size.
+  w.mode = WorkloadProjection::Mode::kScale;
+  auto s = ProjectWorkload(OneGpu(), w, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_NEAR(s->regions[1].dirty.Eval(1.0, WorkingSetCurve::Bound::kMid, 1e15), 640 * 50e6, 1);
+}
+
+TEST(ProjectWorkload, ExplicitFiguresReplaceTheMeasuredWorkload) {
+  WorkloadProjection w;
+  w.mode = WorkloadProjection::Mode::kExplicit;
+  w.gpus = 4;
+  w.bytes_per_gpu = 10'000'000'000;
+  w.static_fraction = 0.75;
+  w.kv_rate_per_gpu = 200e6;
+  auto p = ProjectWorkload(OneGpu(), w, nullptr);
+  ASSERT_TRUE(p.ok());
+  ASSERT_EQ(p->regions.size(), 2u);
+  EXPECT_EQ(p->regions[0].info.size_bytes, 30'000'000'000u);
+  EXPECT_DOUBLE_EQ(p->regions[0].dirty.Eval(5.0, WorkingSetCurve::Bound::kHigh, 1e15), 0);
+  EXPECT_EQ(p->regions[1].info.size_bytes, 10'000'000'000u);
+  EXPECT_DOUBLE_EQ(p->regions[1].dirty.Eval(2.0, WorkingSetCurve::Bound::kMid, 1e15), 1.6e9);
+  w.static_fraction = 1.5;
+  EXPECT_FALSE(ProjectWorkload(OneGpu(), w, nullptr).ok());
+  w.static_fraction = 0.5;
+  w.gpus = 0;
+  EXPECT_FALSE(ProjectWorkload(OneGpu(), w, nullptr).ok());
+}
+
+Calibration Cal() {
+  Calibration c;
+  c.fixed_cost_ms = 5;
+  c.inprocess_bytes_per_s = c.inprocess_low_bytes_per_s = c.inprocess_high_bytes_per_s = 2 * kG;
+  return c;
+}
+
+EstimateOptions ProjectedOptions(uint32_t gpus, double link) {
+  EstimateOptions o;
+  o.project = true;
+  o.workload.mode = WorkloadProjection::Mode::kPerGpu;
+  o.workload.gpus = gpus;
+  o.workload.bytes_per_gpu = 80'000'000'000;
+  o.link_bytes_per_s = link;
+  o.link_text = "test";
+  o.target = Target(32, 8, Uniform(4 * kG));
+  return o;
+}
+
+TEST(EstimateFromProfile, TargetSetsTheBandwidthNotThisHost) {
+  const double link = 12.5 * kG;  // 100 Gbit
+  auto e = EstimateFromProfile(OneGpu(), ProjectedOptions(8, link), Cal());
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  ASSERT_TRUE(e->pipeline.has_value());
+  // CPU: 8 threads / 1 ns/B = 8 GB/s per side, below the 12.5 GB/s link.
+  EXPECT_EQ(e->pipeline->binds, "source CPU");
+  EXPECT_NEAR(e->params.bandwidth_mid, 8 * kG, 1e3);
+  EXPECT_GT(e->params.bandwidth_mid, Cal().inprocess_bytes_per_s);
+  // More GPUs, same link: a longer stun.
+  auto one = EstimateFromProfile(OneGpu(), ProjectedOptions(1, link), Cal());
+  ASSERT_TRUE(one.ok());
+  EXPECT_LT(one->prediction.mid.stun_ms, e->prediction.mid.stun_ms);
+}
+
+TEST(ProjectTable, OneCellPerGpuCountAndLinkWithStopAndCopyBeside) {
+  auto t = ProjectTable(OneGpu(), ProjectedOptions(1, 0), Cal(), {1, 2, 8}, {"25Gbit", "400Gbit"});
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_EQ(t->cells.size(), 6u);
+  EXPECT_EQ(t->cells[0].gpus, 1u);
+  EXPECT_EQ(t->cells[1].link, "400Gbit");
+  EXPECT_EQ(t->cells[5].gpus, 8u);
+  for (const auto& c : t->cells) {
+    EXPECT_GT(c.stop_and_copy_stun_ms, c.estimate.prediction.mid.stun_ms) << c.gpus << " " << c.link;
+  }
+  // At 25 Gbit the link binds; at 400 Gbit the 32-core CPU does.
+  EXPECT_EQ(t->cells[0].estimate.pipeline->binds, "link");
+  EXPECT_NE(t->cells[1].estimate.pipeline->binds, "link");
+  EXPECT_FALSE(ProjectTable(OneGpu(), EstimateOptions{}, Cal(), {1}, {"25Gbit"}).ok());
+  EXPECT_NE(ProjectionTableToJson(*t).find("published by VMware"), std::string::npos);
+}
+
+TEST(HostProfile, SavesLoadsAndNamesWhatIsWrong) {
+  const auto dir = std::filesystem::temp_directory_path() / ("gm-hp-" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  HostProfile p;
+  p.host = "h";
+  p.cores = 96;
+  p.per_core = Uniform(3 * kG);
+  p.per_core.tcp = 1.5 * kG;
+  const std::string path = (dir / "p.json").string();
+  ASSERT_TRUE(SaveHostProfile(p, path).ok());
+  auto back = LoadHostProfile(path);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->cores, 96u);
+  EXPECT_DOUBLE_EQ(back->per_core.tcp, 1.5 * kG);
+  EXPECT_DOUBLE_EQ(back->per_core.shuffle_decompress, 3 * kG);
+  auto expect_bad = [&](const std::string& text, const std::string& names) {
+    std::ofstream(path) << text;
+    auto r = LoadHostProfile(path);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.status().message().find(names), std::string::npos) << r.status().message();
+  };
+  expect_bad("not json", "not a JSON object");
+  expect_bad(R"({"version": 2, "cores": 4})", "version 2");
+  std::string j = HostProfileToJson(p);
+  expect_bad(j.replace(j.find("\"aes_gcm\""), 9, "\"aes_gXm\""), "aes_gcm is missing");
+  expect_bad(R"({"version": 1, "cores": 4, "per_core_bytes_per_s": {"copy": -1}})", "copy must be > 0");
+  EXPECT_FALSE(LoadHostProfile((dir / "absent.json").string()).ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace gpumigrate
