@@ -64,6 +64,9 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
       ->check(CLI::Range(1, 64));
   c->add_option("--nic", f.nic, "The target's NIC rate, when below the link");
   c->add_option("--per-stream", f.per_stream, "The most one data stream carries on the target, e.g. 25Gbit");
+  c->add_flag("--shared-host", f.shared_host,
+              "Source and destination share the target's cores (a migration over loopback, as the projection checks "
+              "run)");
   c->add_option("--codec", f.codec,
                 "The codec the migration will use: none, zstd[:LEVEL], shuffle[:LEVEL] or auto; the sampled ratios of "
                 "both codecs are shown either way")
@@ -132,6 +135,7 @@ Status SetTarget(const EstimateFlags& f, EstimateOptions& o) {
   if (!f.per_stream.empty()) {
     GM_ASSIGN_OR_RETURN(t.per_stream_bytes_per_s, ParseRateBytesPerS(f.per_stream));
   }
+  t.shared_host = f.shared_host;
   o.target = t;
   return Status::Ok();
 }
@@ -161,7 +165,8 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
     return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
   }
   if (!f.plot.empty() && !f.project_table) return InvalidArgument("--plot draws the --project-table");
-  if (o.project || !f.target.empty() || f.cores || f.streams || !f.nic.empty() || !f.per_stream.empty()) {
+  if (o.project || !f.target.empty() || f.cores || f.streams || !f.nic.empty() || !f.per_stream.empty() ||
+      f.shared_host) {
     GM_RETURN_IF_ERROR(SetTarget(f, o));
   }
   return o;

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Checks `estimate --project` at the scales this machine allows (issue 20): each
+case projects from what was measured to a case that is then run for real, through
+the path a user takes (two gpumigrate-workload processes, `migrate`/`receive`
+across processes over PSK TLS on loopback), and reports the projection's error.
+
+  perf/projection_check.py path/to/gpumigrate path/to/gpumigrate-workload [QUICK]
+
+Cases (proc devices: a live process writing random data at a set rate):
+  size     measured 256 MiB, projected to 2 GiB (--project 2GiB --project-dirty same:
+           the workload writes at the same absolute rate), against a real 2 GiB run;
+  streams  the pipeline projected to 1 and to 2 data streams, against real runs of each;
+  link     a link capped at 150 MB/s, projected to 300 MB/s, against real runs
+           (--bandwidth) of each.
+The target is this host: `gpumigrate calibrate --profile-out` measured in the same
+run, --cores = nproc, --shared-host (both ends on these cores).
+
+Prints one JSON object per case: predicted and measured total, round-0 rate and
+stun, and the errors (measured/predicted - 1), then a summary with the median
+and worst absolute total-time error."""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+gm, wl = sys.argv[1], sys.argv[2]
+quick = len(sys.argv) > 3 and sys.argv[3] == "QUICK"
+work = tempfile.mkdtemp(prefix="gm-projcheck-")
+env = dict(os.environ, GPUMIGRATE_CALIBRATION=os.path.join(work, "cal.json"), GPUMIGRATE_SHIM_DIR=work)
+procs = []
+cores = os.cpu_count() or 1
+RATE = "20MB/s"  # the workload's write rate: a KV cache appended while it migrates
+
+
+def run(args, **kw):
+    return subprocess.run(args, env=env, capture_output=True, text=True, timeout=600, **kw)
+
+
+def workload(size, adopt=False):
+    args = [wl, "--size", size, "--memory", "memfd", "--rate", RATE, "--fill", "1"]
+    if adopt:
+        args += ["--adopt", "--run-after", "100ms"]
+    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(p)
+    sock = os.path.join(work, f"gpumigrate-shim.{p.pid}.sock")
+    for _ in range(600):
+        if os.path.exists(sock):
+            return p
+        time.sleep(0.05)
+    raise RuntimeError(f"workload {size} never served its shim")
+
+
+def estimate(device, extra):
+    r = run([gm, "estimate", "--device", device, "--sample", "1s", "--warmup", "300ms", "--json",
+             "--target", os.path.join(work, "target.json"), "--cores", str(cores), "--shared-host"] + extra)
+    if r.returncode != 0:
+        raise RuntimeError(f"estimate {extra}: {r.stderr}")
+    return json.loads(r.stdout)
+
+
+def migrate(size, streams, bandwidth=None):
+    src, dst = workload(size), workload(size, adopt=True)
+    port_file = os.path.join(work, "port")
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    psk = ["--psk-file", os.path.join(work, "psk")]
+    recv = subprocess.Popen([gm, "receive", "--listen", "127.0.0.1:0", "--port-file", port_file, "--device",
+                             f"proc:{dst.pid}", "--json"] + psk, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    procs.append(recv)
+    for _ in range(200):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            break
+        time.sleep(0.05)
+    port = open(port_file).read().strip()
+    args = [gm, "migrate", "--to", f"127.0.0.1:{port}", "--device", f"proc:{src.pid}", "--streams", str(streams),
+            "--warmup", "300ms", "--json"] + psk
+    if bandwidth:
+        args += ["--bandwidth", bandwidth]
+    r = run(args)
+    recv.wait(timeout=120)
+    for p in (src, dst):
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+    if r.returncode != 0:
+        raise RuntimeError(f"migrate {size} x{streams}: {r.stderr[-2000:]}")
+    return json.loads(r.stdout)
+
+
+def compare(name, predicted, measured):
+    r0p = predicted["predicted_rounds"][0]
+    r0m = measured["rounds"][0]
+    pred_rate = r0p["bytes"] / (r0p["ms"] / 1e3)
+    meas_rate = r0m["bytes"] / (r0m["ms"] / 1e3)
+    out = {
+        "case": name,
+        "predicted_total_ms": round(predicted["predicted_total_ms"], 1),
+        "measured_total_ms": measured["total_ms"],
+        "total_error": round(measured["total_ms"] / predicted["predicted_total_ms"] - 1, 4),
+        "predicted_round0_bytes_per_s": round(pred_rate),
+        "measured_round0_bytes_per_s": round(meas_rate),
+        "round0_rate_error": round(meas_rate / pred_rate - 1, 4),
+        "predicted_stun_ms": round(predicted["predicted_stun_ms"], 2),
+        "measured_stun_ms": measured["stun_ms"],
+        "binds": predicted.get("target_pipeline", {}).get("binds"),
+        "measured_rounds": len(measured["rounds"]),
+        "predicted_rounds": len(predicted["predicted_rounds"]),
+    }
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main():
+    with open(os.path.join(work, "psk"), "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    r = run([gm, "calibrate", "--profile-out", os.path.join(work, "target.json"), "--json"])
+    if r.returncode != 0:
+        raise RuntimeError(f"calibrate: {r.stderr}")
+    print(json.dumps({"host_profile": json.loads(r.stdout)["host_profile"]}), flush=True)
+    small, big = ("128MiB", "1GiB") if quick else ("256MiB", "2GiB")
+    results = []
+
+    src = workload(small)
+    pred = estimate(f"proc:{src.pid}", ["--project", big, "--project-dirty", "same", "--streams", "2"])
+    src.kill()
+    results.append(compare(f"size {small} -> {big}", pred, migrate(big, 2)))
+
+    for streams in (1, 2):
+        src = workload(small)
+        pred = estimate(f"proc:{src.pid}", ["--project", big, "--project-dirty", "same", "--streams", str(streams)])
+        src.kill()
+        results.append(compare(f"streams: {streams}", pred, migrate(big, streams)))
+
+    for link in ("150MB/s", "300MB/s"):
+        src = workload(small)
+        pred = estimate(f"proc:{src.pid}", ["--project", small, "--project-dirty", "same", "--streams", "2",
+                                            "--link", link])
+        src.kill()
+        results.append(compare(f"link {link}", pred, migrate(small, 2, bandwidth=link)))
+
+    errs = [abs(x["total_error"]) for x in results]
+    print(json.dumps({"summary": "projection check", "cases": len(results),
+                      "total_error_median": round(statistics.median(errs), 4),
+                      "total_error_worst": round(max(errs), 4)}), flush=True)
+
+
+try:
+    main()
+finally:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    shutil.rmtree(work, ignore_errors=True)
