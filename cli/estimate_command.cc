@@ -64,6 +64,11 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
       ->check(CLI::Range(1, 64));
   c->add_option("--nic", f.nic, "The target's NIC rate, when below the link");
   c->add_option("--per-stream", f.per_stream, "The most one data stream carries on the target, e.g. 25Gbit");
+  c->add_option("--source-threads", f.source_threads,
+                "Threads that read, hash, compress and seal on the source; 1 is the engine as built (its session "
+                "thread); more projects a parallel pipeline it does not have yet")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   c->add_flag("--shared-host", f.shared_host,
               "Source and destination share the target's cores (a migration over loopback, as the projection checks "
               "run)");
@@ -136,6 +141,7 @@ Status SetTarget(const EstimateFlags& f, EstimateOptions& o) {
     GM_ASSIGN_OR_RETURN(t.per_stream_bytes_per_s, ParseRateBytesPerS(f.per_stream));
   }
   t.shared_host = f.shared_host;
+  t.source_threads = f.source_threads;
   o.target = t;
   return Status::Ok();
 }
@@ -166,7 +172,7 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
   }
   if (!f.plot.empty() && !f.project_table) return InvalidArgument("--plot draws the --project-table");
   if (o.project || !f.target.empty() || f.cores || f.streams || !f.nic.empty() || !f.per_stream.empty() ||
-      f.shared_host) {
+      f.shared_host || f.source_threads != 1) {
     GM_RETURN_IF_ERROR(SetTarget(f, o));
   }
   return o;

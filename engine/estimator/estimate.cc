@@ -99,9 +99,12 @@ Status TargetBandwidth(const EstimateOptions& o, EstimateReport& r) {
   r.link_source = fmt::format("target pipeline: {} raw ({} on the wire), bound by the {}", FormatRate(b.raw_bytes_per_s),
                               FormatRate(b.wire_bytes_per_s), b.binds);
   r.assumptions.push_back(fmt::format(
-      "target: {} cores per side, {} data streams, per-core stage rates {}; the pipeline runs at the lowest of its "
-      "limits, here the {}; the pessimistic bound takes 90% of it",
-      t.cores, t.streams, t.rates_source, b.binds));
+      "target: {} cores per side, {} data streams, {} source pipeline thread{}{}, per-core stage rates {}; the "
+      "pipeline runs at the lowest of its limits, here the {}; the pessimistic bound takes 90% of it",
+      t.cores, t.streams, t.source_threads, t.source_threads == 1 ? "" : "s",
+      t.source_threads == 1 ? " (the engine as built reads, hashes and seals on one session thread)"
+                            : " (a parallel pipeline the engine does not have yet)",
+      t.rates_source, b.binds));
   r.assumptions.push_back(
       o.codec.mode == CodecChoice::Mode::kNone
           ? std::string("no compression (--codec none)")

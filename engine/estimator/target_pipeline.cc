@@ -53,37 +53,45 @@ const char* DecompressName(CodecKind k) {
 Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, double ratio) {
   if (t.cores == 0) return InvalidArgument("the target has no cores for the migration");
   if (t.streams == 0) return InvalidArgument("the target has no data streams");
+  if (t.source_threads == 0) return InvalidArgument("the target has no source pipeline threads");
   if (!(ratio >= 1) || !std::isfinite(ratio)) ratio = 1;
   if (codec == CodecKind::kNone) ratio = 1;
   const StageRates& r = t.per_core;
   const double wire = 1 / ratio;
-  std::vector<Stage> src{{"read", r.copy}, {"page hash", r.hash}};
-  std::vector<Stage> dst;
+  std::vector<Stage> session{{"read", r.copy}, {"page hash", r.hash}};
+  std::vector<Stage> send, dst;
   if (t.network) dst.push_back({"socket receive", r.tcp, wire});
   if (t.encrypted) dst.push_back({"AES-GCM open", r.aes_gcm, wire});
   if (codec != CodecKind::kNone) {
     const bool z = codec == CodecKind::kZstd;
-    src.push_back({CompressName(codec), z ? r.zstd_compress : r.shuffle_compress});
+    session.push_back({CompressName(codec), z ? r.zstd_compress : r.shuffle_compress});
     dst.push_back({DecompressName(codec), z ? r.zstd_decompress : r.shuffle_decompress});
   }
-  if (t.encrypted) src.push_back({"AES-GCM seal", r.aes_gcm, wire});
-  if (t.network) src.push_back({"socket send", r.tcp, wire});
+  if (t.encrypted) session.push_back({"AES-GCM seal", r.aes_gcm, wire});
+  if (t.network) send.push_back({"socket send", r.tcp, wire});
   dst.push_back({"page hash", r.hash});
   dst.push_back({"write", r.copy});
-  GM_ASSIGN_OR_RETURN(SideCost sc, Sum("source", src));
+  GM_ASSIGN_OR_RETURN(SideCost sc, Sum("source", session));
   GM_ASSIGN_OR_RETURN(SideCost dc, Sum("destination", dst));
+  SideCost nc;
+  if (!send.empty()) {
+    GM_ASSIGN_OR_RETURN(nc, Sum("source", send));
+  }
 
   PipelineBound b;
-  const uint32_t threads = std::min(t.streams, t.cores);
-  auto side = [&](const char* name, const SideCost& c) {
-    b.limits.push_back({name, threads / c.s_per_byte,
-                        fmt::format("{} thread{} (min of {} streams, {} cores) / ({}); costliest: {}", threads,
-                                    threads == 1 ? "" : "s", t.streams, t.cores, c.detail, c.costliest)});
+  auto group = [&](const char* name, uint32_t threads, const char* what, const SideCost& c) {
+    const uint32_t used = std::min(threads, t.cores);
+    b.limits.push_back({name, used / c.s_per_byte,
+                        fmt::format("{} {} thread{} on {} cores ({}); costliest: {}", threads, what,
+                                    threads == 1 ? "" : "s", t.cores, c.detail, c.costliest)});
   };
-  side("source CPU", sc);
-  side("destination CPU", dc);
+  group("source session thread", t.source_threads, "session", sc);
+  if (!send.empty()) group("source send", t.streams, "sending", nc);
+  group("destination CPU", t.streams, "receiving", dc);
+  const double src_all = sc.s_per_byte + nc.s_per_byte;
+  b.limits.push_back({"source CPU", t.cores / src_all, fmt::format("all source stages on {} cores", t.cores)});
   if (t.shared_host) {
-    b.limits.push_back({"shared CPU", t.cores / (sc.s_per_byte + dc.s_per_byte),
+    b.limits.push_back({"shared CPU", t.cores / (src_all + dc.s_per_byte),
                         fmt::format("source and destination share {} cores", t.cores)});
   }
   if (t.link_bytes_per_s > 0) {

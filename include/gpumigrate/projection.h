@@ -4,14 +4,16 @@
 // is answered from figures that can be checked, not from this 2-core host's
 // pipeline.
 //
-// The pipeline model: every raw byte costs each side CPU time in every stage it
-// passes (source: read, page hash, compress, AES-GCM seal, socket send;
-// destination: socket receive, AES-GCM open, decompress, page hash, write).
-// A side runs one thread per data stream, so it can use min(streams, cores)
-// cores: its rate is that many cores over the summed per-byte time. The
-// migration runs at the lowest of the source's and destination's CPU rates (or
-// their shared rate when both run on one host, as in a loopback check), the
-// link, the NIC, and streams x the per-stream limit. Per-core stage rates are
+// The pipeline model, of the engine as it is built: every raw byte costs each
+// side CPU time in every stage it passes. The source's session thread reads,
+// hashes, compresses and seals (source_threads = 1 today: one core however many
+// the host has); each data stream's thread sends. The destination runs one
+// thread per stream that receives, opens, decompresses, hashes and writes. A
+// group of threads runs at min(threads, cores) over its summed per-byte time,
+// and each side at most at cores over all its per-byte time. The migration runs
+// at the lowest of these (with both sides' time summed when they share one
+// host, as in a loopback check), the link, the NIC, and streams x the
+// per-stream limit. Per-core stage rates are
 // measured on this host (`gpumigrate calibrate`) or on the real target
 // (`gpumigrate calibrate --profile-out FILE` there, `estimate --target FILE`
 // here). Pure except MeasureHostProfile and the file functions.
@@ -68,6 +70,7 @@ struct TargetSpec {
   uint32_t streams = 4;               // data streams of the migration
   double per_stream_bytes_per_s = 0;  // 0: no per-stream limit
   uint32_t cores = 0;                 // cores per side available to the migration
+  uint32_t source_threads = 1;        // threads that read, hash, compress and seal (the engine today: 1)
   bool shared_host = false;           // source and destination share these cores (loopback)
   bool encrypted = true;              // AES-256-GCM frames (TLS); false: integrity tags only
   bool network = true;                // frames cross sockets (false: an in-process migration)
@@ -76,7 +79,8 @@ struct TargetSpec {
 };
 
 struct PipelineLimit {
-  std::string name;     // "link", "NIC", "streams", "source CPU", "destination CPU", "shared CPU"
+  std::string name;     // "source session thread", "source send", "source CPU", "destination CPU",
+                        // "shared CPU", "link", "NIC", "streams"
   double raw_bytes_per_s = 0;
   std::string detail;   // e.g. "4 cores / (read 0.1 + hash 0.2 + ... ns/B); largest: AES-GCM seal"
 };

@@ -38,24 +38,37 @@ double LimitOf(const PipelineBound& b, const std::string& name) {
   return 0;
 }
 
-TEST(TargetPipeline, SumsEachSidesStagesOverItsThreads) {
-  // Source: read + hash + seal + send = 4 stages at 1 GB/s: 4 ns/B; 4 threads: 1 GB/s.
+TEST(TargetPipeline, SumsEachThreadGroupsStages) {
+  // The engine today: one session thread reads, hashes and seals (3 ns/B at 1 GB/s
+  // each): 0.33 GB/s however many cores. Sending: 1 ns/B on min(8 streams, 4 cores).
+  // Destination: receive + open + hash + write = 4 ns/B on 4 threads: 1 GB/s.
   auto b = TargetPipeline(Target(4, 8, Uniform(kG)), CodecKind::kNone, 1.0);
   ASSERT_TRUE(b.ok()) << b.status().ToString();
-  EXPECT_NEAR(LimitOf(*b, "source CPU"), 1 * kG, 1);
+  EXPECT_NEAR(LimitOf(*b, "source session thread"), kG / 3, 1);
+  EXPECT_NEAR(LimitOf(*b, "source send"), 4 * kG, 1);
   EXPECT_NEAR(LimitOf(*b, "destination CPU"), 1 * kG, 1);
+  EXPECT_NEAR(LimitOf(*b, "source CPU"), 1 * kG, 1);  // 4 cores / 4 ns/B
+  EXPECT_EQ(b->binds, "source session thread");
+  EXPECT_NEAR(b->raw_bytes_per_s, kG / 3, 1);
+  // A parallel source pipeline (4 threads) moves the bound to the cores.
+  TargetSpec par = Target(4, 8, Uniform(kG));
+  par.source_threads = 4;
+  b = TargetPipeline(par, CodecKind::kNone, 1.0);
+  ASSERT_TRUE(b.ok());
   EXPECT_NEAR(b->raw_bytes_per_s, 1 * kG, 1);
-  // Threads are min(streams, cores): one stream uses one core however many there are.
+  // Receiving threads are min(streams, cores): one stream uses one core however many there are.
   auto one = TargetPipeline(Target(64, 1, Uniform(kG)), CodecKind::kNone, 1.0);
   ASSERT_TRUE(one.ok());
+  EXPECT_EQ(one->binds, "destination CPU");
   EXPECT_NEAR(one->raw_bytes_per_s, 0.25 * kG, 1);
 }
 
 TEST(TargetPipeline, TheSlowerSideAndTheLinkBind) {
   StageRates r = Uniform(kG);
-  r.zstd_compress = 0.25 * kG;  // source: read 1 + hash 1 + compress 4 + (seal + send) at ratio 2: 1 = 7 ns/B
+  r.zstd_compress = 0.25 * kG;  // source: read 1 + hash 1 + compress 4 + seal 0.5 (+ send 0.5) = 7 ns/B
   r.zstd_decompress = 1 * kG;   // destination: (recv + open) 1 + decompress 1 + hash 1 + write 1 = 4 ns/B
   TargetSpec t = Target(7, 7, r);
+  t.source_threads = 7;
   auto b = TargetPipeline(t, CodecKind::kZstd, 2.0);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->binds, "source CPU");
@@ -71,7 +84,7 @@ TEST(TargetPipeline, TheSlowerSideAndTheLinkBind) {
 
 TEST(TargetPipeline, SharedHostStreamsAndNic) {
   TargetSpec t = Target(2, 2, Uniform(kG));
-  t.shared_host = true;  // 2 cores for 4 + 4 ns/B
+  t.shared_host = true;  // 2 cores for (3 + 1) + 4 ns/B
   auto b = TargetPipeline(t, CodecKind::kNone, 1.0);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->binds, "shared CPU");
@@ -170,7 +183,7 @@ TEST(ProjectWorkload, ExplicitFiguresReplaceTheMeasuredWorkload) {
 Calibration Cal() {
   Calibration c;
   c.fixed_cost_ms = 5;
-  c.inprocess_bytes_per_s = c.inprocess_low_bytes_per_s = c.inprocess_high_bytes_per_s = 2 * kG;
+  c.inprocess_bytes_per_s = c.inprocess_low_bytes_per_s = c.inprocess_high_bytes_per_s = 0.5 * kG;
   return c;
 }
 
@@ -191,9 +204,9 @@ TEST(EstimateFromProfile, TargetSetsTheBandwidthNotThisHost) {
   auto e = EstimateFromProfile(OneGpu(), ProjectedOptions(8, link), Cal());
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   ASSERT_TRUE(e->pipeline.has_value());
-  // CPU: 8 threads / 1 ns/B = 8 GB/s per side, below the 12.5 GB/s link.
-  EXPECT_EQ(e->pipeline->binds, "source CPU");
-  EXPECT_NEAR(e->params.bandwidth_mid, 8 * kG, 1e3);
+  // The session thread: read + hash + seal at 4 GB/s each = 0.75 ns/B: 1.33 GB/s, below the 12.5 GB/s link.
+  EXPECT_EQ(e->pipeline->binds, "source session thread");
+  EXPECT_NEAR(e->params.bandwidth_mid, 4 * kG / 3, 1e3);
   EXPECT_GT(e->params.bandwidth_mid, Cal().inprocess_bytes_per_s);
   // More GPUs, same link: a longer stun.
   auto one = EstimateFromProfile(OneGpu(), ProjectedOptions(1, link), Cal());
@@ -202,7 +215,7 @@ TEST(EstimateFromProfile, TargetSetsTheBandwidthNotThisHost) {
 }
 
 TEST(ProjectTable, OneCellPerGpuCountAndLinkWithStopAndCopyBeside) {
-  auto t = ProjectTable(OneGpu(), ProjectedOptions(1, 0), Cal(), {1, 2, 8}, {"25Gbit", "400Gbit"});
+  auto t = ProjectTable(OneGpu(), ProjectedOptions(1, 0), Cal(), {1, 2, 8}, {"5Gbit", "400Gbit"});
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   ASSERT_EQ(t->cells.size(), 6u);
   EXPECT_EQ(t->cells[0].gpus, 1u);
@@ -211,9 +224,9 @@ TEST(ProjectTable, OneCellPerGpuCountAndLinkWithStopAndCopyBeside) {
   for (const auto& c : t->cells) {
     EXPECT_GT(c.stop_and_copy_stun_ms, c.estimate.prediction.mid.stun_ms) << c.gpus << " " << c.link;
   }
-  // At 25 Gbit the link binds; at 400 Gbit the 32-core CPU does.
+  // At 5 Gbit the link binds; at 400 Gbit the source's session thread does.
   EXPECT_EQ(t->cells[0].estimate.pipeline->binds, "link");
-  EXPECT_NE(t->cells[1].estimate.pipeline->binds, "link");
+  EXPECT_EQ(t->cells[1].estimate.pipeline->binds, "source session thread");
   EXPECT_FALSE(ProjectTable(OneGpu(), EstimateOptions{}, Cal(), {1}, {"25Gbit"}).ok());
   EXPECT_NE(ProjectionTableToJson(*t).find("published by VMware"), std::string::npos);
 }
