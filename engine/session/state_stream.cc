@@ -47,16 +47,22 @@ Result<uint64_t> StateStreamSender::SendFinal(uint32_t round) {
   }
 }
 
-// The blob in frames of at most the payload size; an empty blob is one empty frame.
+// The blob in frames of at most the payload size; an empty blob is one empty
+// frame. All on the first stream: the destination assembles the pieces in order,
+// and pieces on different streams could overtake one another.
 Result<uint64_t> StateStreamSender::SendBlob(uint32_t round) {
   GM_ASSIGN_OR_RETURN(std::vector<std::byte> blob, dev_.SaveState());
   uint64_t off = 0;
+  sender_.PinFirstStream(true);
+  Status st;
   do {
     uint64_t n = std::min<uint64_t>(blob.size() - off, max_payload_);
-    GM_RETURN_IF_ERROR(sender_.Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, round, off,
-                                    static_cast<uint32_t>(n), std::span(blob).subspan(off, n)));
+    st = sender_.Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, round, off, static_cast<uint32_t>(n),
+                      std::span(blob).subspan(off, n));
     off += n;
-  } while (off < blob.size());
+  } while (st.ok() && off < blob.size());
+  sender_.PinFirstStream(false);
+  GM_RETURN_IF_ERROR(st);
   return blob.size();
 }
 
