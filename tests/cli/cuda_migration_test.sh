@@ -6,8 +6,9 @@
 # cuMemsetD32) and, in adopt mode, the destination, which checks every byte of
 # both regions against the source's version table at stop; both dump a digest
 # per 64 KiB that must be identical. Then the failure paths: the application
-# killed, gpumigrate killed before and after STOP (runs on / held in doubt and
-# resolved with resume and release), the GPU kernel unavailable, bad specs.
+# killed, the sending gpumigrate killed before and after STOP (runs on / held in
+# doubt and resolved with resume and release), the receiving one killed (rolled
+# back), the GPU kernel unavailable, mismatched pages, bad specs.
 # With `real` in place of the double's path, only the whole migrations run, on the
 # machine's GPU through libcuda.so.1 (tests/hardware/cuda_gpu_test.cc).
 # Usage: cuda_migration_test.sh gpumigrate gpumigrate-cuda-workload libcuda-fake.so|real HAVE_PTX(ON|OFF)
@@ -159,6 +160,23 @@ wait "$gtpid"; check "gpumigrate killed in pre-copy: the application ran on and 
 contains "gpumigrate killed in pre-copy: self-check" "$tmp/gone.src.out" "self-check at exit: weights and 512 kv pages OK"
 wait "$rpid"; check "gpumigrate killed in pre-copy: receive aborts" 1 $?
 kill "$gdpid" 2>/dev/null
+
+# The receiving gpumigrate killed once Prepare arrived: the source rolls back and
+# runs on; the destination process discards what it got and keeps waiting.
+start_workload rk.src --weights 8MiB --kv 8MiB --rate 10MB/s --run-for 6s
+rkspid=$wpid
+rkstpid=$tpid
+start_workload rk.dst --weights 8MiB --kv 8MiB --adopt
+rkdpid=$wpid
+rkdtpid=$tpid
+start_receiver rk "cuda:$rkdpid" GPUMIGRATE_TEST_CRASH_AT=prepare-received
+timeout 60 "$bin" migrate --to "127.0.0.1:$port" --device "cuda:$rkspid" --insecure-no-tls --warmup 100ms \
+  >"$tmp/rk.out" 2>"$tmp/rk.err"
+check "receiver killed at prepare-received: migrate rolls back" 1 $?
+wait "$rkstpid"; check "receiver killed: the application ran on and checked its memory" 0 $?
+contains "receiver killed: self-check" "$tmp/rk.src.out" "self-check at exit: weights and 128 kv pages OK"
+if kill -0 "$rkdpid" 2>/dev/null; then echo "ok: receiver killed: destination keeps waiting"; else echo "FAIL: receiver killed: destination died"; fail=1; fi
+kill "$rkdpid" 2>/dev/null; wait "$rkdtpid" 2>/dev/null
 
 # held_case NAME PHASE: gpumigrate (the source) dies at PHASE, after STOP: the
 # application stays paused, in doubt; sets $hpid/$htpid (source) and $hdpid/$hdtpid.
