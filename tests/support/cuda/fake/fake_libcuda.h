@@ -13,7 +13,8 @@
 // | every call but cuDriverGetVersion, cuGetError*, cuCheckpoint*    | D      |
 // |   returns CUDA_ERROR_NOT_INITIALIZED before a successful cuInit  |        |
 // | cuInit(flags != 0) -> CUDA_ERROR_INVALID_VALUE                   | D      |
-// | cuDriverGetVersion = $GPUMIGRATE_FAKE_CUDA_VERSION (13000)       | A      |
+// | cuDriverGetVersion = $GPUMIGRATE_FAKE_CUDA_VERSION (13000), read  | A      |
+// |   at every call                                                  |        |
 // | device count = $GPUMIGRATE_FAKE_CUDA_DEVICES (1); 0 devices:     | D      |
 // |   cuInit -> CUDA_ERROR_NO_DEVICE                                 |        |
 // | cuDeviceGet out of range -> CUDA_ERROR_INVALID_DEVICE            | D      |
@@ -126,5 +127,7 @@ CUresult RestoreAllDeviceMemory();
 // The target side of the checkpoint API (fake_service.cc): publishes the state
 // file and starts the service thread; called by the first successful cuInit.
 void StartService();
+// Mirrors the used bytes of all devices into the state file (for tests).
+void PublishDeviceUsed(uint64_t bytes);
 
 }  // namespace gpumigrate::cuda::fake
