@@ -22,7 +22,7 @@
 // |   CUDA_ERROR_NO_DEVICE                                                       |            |
 // | cuDeviceGet out of range -> CUDA_ERROR_INVALID_DEVICE                        | D          |
 // | each device has $GPUMIGRATE_FAKE_CUDA_MEMORY bytes (4 GiB; suffixes K, M, G) | A          |
-// | memory calls, module loads and launches with no current context ->          | D          |
+// | memory calls, module loads and launches with no current context ->           | D          |
 // |   CUDA_ERROR_INVALID_CONTEXT                                                 |            |
 // | a primary context released to refcount 0 is inactive (->                     | D / A      |
 // |   CUDA_ERROR_INVALID_CONTEXT); its memory stays                              |            |
