@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/cuda_commands.h"
 #include "cli/demo_command.h"
 #include "cli/estimate_command.h"
 #include "cli/inventory_command.h"
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd = gpumigrate::cli::AddPlanCommand(app, plan);
   gpumigrate::cli::InventoryFlags inventory;
   CLI::App* inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, inventory);
+  gpumigrate::cli::CudaFlags cuda;
+  CLI::App* cuda_cmd = gpumigrate::cli::AddCudaCommand(app, cuda);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -138,5 +141,6 @@ int main(int argc, char** argv) {
   if (*restore_cmd) return gpumigrate::cli::RunRestore(restore, g_cancel);
   if (*plan_cmd) return gpumigrate::cli::RunPlan(plan);
   if (*inventory_cmd) return gpumigrate::cli::RunInventory(inventory);
+  if (*cuda_cmd) return gpumigrate::cli::RunCuda(cuda);
   return 2;
 }

@@ -5,66 +5,79 @@
 // Kernels run on the CPU, synchronously. libcuda-fake-old.so is the same
 // library without the cuCheckpointProcess* symbols (a driver older than 570).
 //
-// Behaviour, and the documentation (D: CUDA driver API reference, QEMU-FACTS §8,
-// KERNEL-FACTS "CUDA") or assumption (A) it follows:
+// Behaviour, and what it follows: D the documentation (the CUDA driver API
+// reference, docs.nvidia.com/cuda/cuda-driver-api, its checkpoint group
+// group__CUDA__CHECKPOINT and function pages), A an assumption of this fake
+// where the documentation is silent, test a hook for tests that the real driver
+// does not have:
 //
-// | behaviour                                                        | source |
-// |------------------------------------------------------------------|--------|
-// | every call but cuDriverGetVersion, cuGetError*, cuCheckpoint*    | D      |
-// |   returns CUDA_ERROR_NOT_INITIALIZED before a successful cuInit  |        |
-// | cuInit(flags != 0) -> CUDA_ERROR_INVALID_VALUE                   | D      |
-// | cuDriverGetVersion = $GPUMIGRATE_FAKE_CUDA_VERSION (13000)       | A      |
-// | device count = $GPUMIGRATE_FAKE_CUDA_DEVICES (1); 0 devices:     | D      |
-// |   cuInit -> CUDA_ERROR_NO_DEVICE                                 |        |
-// | cuDeviceGet out of range -> CUDA_ERROR_INVALID_DEVICE            | D      |
-// | each device has $GPUMIGRATE_FAKE_CUDA_MEMORY bytes (4 GiB);      | A      |
-// |   accepts suffixes K, M, G                                       |        |
-// | memory calls with no current context -> CUDA_ERROR_INVALID_CONTEXT | D    |
-// | a primary context released to refcount 0 is inactive: current    | D      |
-// |   but released -> CUDA_ERROR_INVALID_CONTEXT; its memory stays     | A      |
-// | cuMemAlloc(0) -> CUDA_ERROR_INVALID_VALUE                        | D      |
-// | allocations beyond the device's free bytes -> OUT_OF_MEMORY;     | D      |
-// |   accounting rounds each allocation up to 4 KiB                  | A      |
-// | cuMemGetInfo: total = device memory, free = total - allocated    | D      |
-// | copies/memset touching bytes outside one live allocation, or     | A (the |
-// |   freed memory -> CUDA_ERROR_INVALID_VALUE (a real GPU may fault) | brief)|
-// | cuMemFree of a pointer that is not an allocation's base ->       | D      |
-// |   CUDA_ERROR_INVALID_VALUE                                       |        |
-// | cuMemsetD32 needs a 4-byte aligned pointer                       | D      |
-// | cuMemHostRegister of an overlapping range -> 712, unregister of a | D     |
-// |   pointer not registered (as a base) -> 713                      |        |
-// | streams: only the NULL, legacy (0x1) and per-thread (0x2) streams | A     |
-// |   exist; others -> CUDA_ERROR_INVALID_HANDLE                     |        |
-// | cuModuleLoadData takes NUL-terminated PTX text whose              | A     |
-// |   ".entry gm_hash_pages" makes the one kernel; else INVALID_IMAGE |       |
-// | cuModuleGetFunction of another name -> CUDA_ERROR_NOT_FOUND      | D      |
-// | unknown module/function handle -> CUDA_ERROR_INVALID_HANDLE      | D      |
-// | cuLaunchKernel(gm_hash_pages): grid (pages,1,1), block (256,1,1),| A (the |
-// |   else INVALID_VALUE; params (base, page_bytes, pages, digests); | kernel)|
-// |   page_bytes a multiple of kHashMinPage, else INVALID_VALUE;      |       |
-// |   source or digests outside allocations -> ILLEGAL_ADDRESS (not   | A     |
-// |   sticky here); runs gpumigrate::cuda::HashPages synchronously    |        |
-// | checkpoint API: states RUNNING 0, LOCKED 1, CHECKPOINTED 2        | D     |
-// | Lock: RUNNING -> LOCKED once the target's in-flight calls return; | D     |
-// |   new calls wait meanwhile; timeoutMs expired -> stays RUNNING,   | D     |
-// |   and the call returns CUDA_ERROR_TIMEOUT; timeoutMs 0 = no limit | A     |
-// | while LOCKED or CHECKPOINTED every gated call of the target waits | D     |
-// | Checkpoint: LOCKED -> CHECKPOINTED, device memory copied to host  | D     |
-// |   memory and released (pages discarded, PROT_NONE; the device's   |       |
-// |   used bytes drop to 0)                                          |        |
-// | Restore: CHECKPOINTED -> LOCKED, same addresses, contents intact; | D     |
-// |   gpuPairs other than NULL/0 -> CUDA_ERROR_NOT_SUPPORTED          | A     |
-// | Unlock: LOCKED -> RUNNING                                         | D     |
-// | any other transition -> CUDA_ERROR_ILLEGAL_STATE                  | D     |
-// | a pid with no live CUDA process (no state file, process gone, pid | A     |
-// |   reused) -> CUDA_ERROR_INVALID_VALUE                             |       |
-// | cuCheckpoint* do not need cuInit in the calling process           | A     |
-// | GetRestoreThreadId: the tid of the target's service thread        | D      |
-// | $GPUMIGRATE_FAKE_CUDA_FAIL="call=code[,call=code]": that call      | test  |
-// |   returns code (before doing anything) in the process that makes it|      |
-// | $GPUMIGRATE_FAKE_CUDA_SLOW="call=ms[,...]": that call, once inside | test  |
-// |   (counted in flight), sleeps ms                                  |       |
-// | $GPUMIGRATE_FAKE_CUDA_DIR (/dev/shm): where gm-fake-cuda.PID lives | test  |
+// | behaviour                                                                    | source     |
+// |------------------------------------------------------------------------------|------------|
+// | every call but cuDriverGetVersion, cuGetError* and cuCheckpoint* returns     | D          |
+// |   CUDA_ERROR_NOT_INITIALIZED before a successful cuInit                      |            |
+// | cuInit(flags != 0) -> CUDA_ERROR_INVALID_VALUE                               | D          |
+// | cuDriverGetVersion = $GPUMIGRATE_FAKE_CUDA_VERSION (13000), read at every    | A          |
+// |   call                                                                       |            |
+// | device count = $GPUMIGRATE_FAKE_CUDA_DEVICES (1); with 0, cuInit ->          | D          |
+// |   CUDA_ERROR_NO_DEVICE                                                       |            |
+// | cuDeviceGet out of range -> CUDA_ERROR_INVALID_DEVICE                        | D          |
+// | each device has $GPUMIGRATE_FAKE_CUDA_MEMORY bytes (4 GiB; suffixes K, M, G) | A          |
+// | memory calls, module loads and launches with no current context ->           | D          |
+// |   CUDA_ERROR_INVALID_CONTEXT                                                 |            |
+// | a primary context released to refcount 0 is inactive (->                     | D / A      |
+// |   CUDA_ERROR_INVALID_CONTEXT); its memory stays                              |            |
+// | cuMemAlloc(0) -> CUDA_ERROR_INVALID_VALUE                                    | D          |
+// | an allocation beyond the device's free bytes -> CUDA_ERROR_OUT_OF_MEMORY     | D          |
+// | accounting rounds each allocation up to 4 KiB                                | A          |
+// | cuMemGetInfo: total = the device's memory, free = total - allocated          | D          |
+// | copies and memset touching bytes outside one live allocation, or freed       | A (brief)  |
+// |   memory -> CUDA_ERROR_INVALID_VALUE (a real GPU may fault instead)          |            |
+// | cuMemFree of a pointer that is not an allocation's base ->                   | D          |
+// |   CUDA_ERROR_INVALID_VALUE                                                   |            |
+// | cuMemsetD32 needs a 4-byte aligned pointer, else CUDA_ERROR_INVALID_VALUE    | D          |
+// | cuMemHostRegister of a range overlapping a registered one -> 712;            | D          |
+// |   cuMemHostUnregister of a pointer not registered (as a base) -> 713         |            |
+// | streams: only NULL, legacy (0x1) and per-thread (0x2) exist; others ->       | A          |
+// |   CUDA_ERROR_INVALID_HANDLE                                                  |            |
+// | cuModuleLoadData takes NUL-terminated PTX text (".version") whose ".entry    | A          |
+// |   gm_hash_pages" makes its one kernel; anything else ->                      |            |
+// |   CUDA_ERROR_INVALID_IMAGE (no cubin or fatbin)                              |            |
+// | cuModuleGetFunction of another name -> CUDA_ERROR_NOT_FOUND                  | D          |
+// | an unknown or unloaded module or function handle ->                          | D          |
+// |   CUDA_ERROR_INVALID_HANDLE                                                  |            |
+// | cuLaunchKernel(gm_hash_pages): grid (pages,1,1), block (256,1,1), params     | A (kernel) |
+// |   (base, page_bytes, pages, digests), page_bytes a multiple of kHashMinPage, |            |
+// |   extra NULL, else CUDA_ERROR_INVALID_VALUE                                  |            |
+// | a launch whose pages or digests lie outside allocations ->                   | A          |
+// |   CUDA_ERROR_ILLEGAL_ADDRESS, not sticky                                     |            |
+// | a launch runs gpumigrate::cuda::HashPages on the CPU before it returns       | A          |
+// | checkpoint states RUNNING 0, LOCKED 1, CHECKPOINTED 2; FAILED is never       | D / A      |
+// |   entered                                                                    |            |
+// | Lock: RUNNING -> LOCKED once the target's calls in flight return; new calls  | D          |
+// |   wait meanwhile                                                             |            |
+// | Lock with timeoutMs expired: stays RUNNING, returns CUDA_ERROR_TIMEOUT;      | D / A      |
+// |   timeoutMs 0 = no limit                                                     |            |
+// | while LOCKED or CHECKPOINTED every call of the target (but those not needing | D          |
+// |   cuInit) waits                                                              |            |
+// | Checkpoint: LOCKED -> CHECKPOINTED; device memory copied to host memory, its | D          |
+// |   pages discarded and PROT_NONE, the device's used bytes 0                   |            |
+// | Checkpoint without host memory for the copy -> CUDA_ERROR_OUT_OF_MEMORY,     | A          |
+// |   nothing released                                                           |            |
+// | Restore: CHECKPOINTED -> LOCKED, same addresses, contents intact; gpuPairs   | D / A      |
+// |   given -> CUDA_ERROR_NOT_SUPPORTED                                          |            |
+// | Unlock: LOCKED -> RUNNING                                                    | D          |
+// | any other transition -> CUDA_ERROR_ILLEGAL_STATE                             | D          |
+// | a pid with no live CUDA process (no state file, process gone or a zombie,    | A          |
+// |   pid reused), or one that dies while a controller waits ->                  |            |
+// |   CUDA_ERROR_INVALID_VALUE                                                   |            |
+// | cuCheckpoint* need no cuInit in the calling process                          | A          |
+// | GetRestoreThreadId: the tid of the target's service thread                   | D          |
+// | $GPUMIGRATE_FAKE_CUDA_FAIL="call=code[,call=code]": that call returns code,  | test       |
+// |   before doing anything, in the process that makes it (read at every call)   |            |
+// | $GPUMIGRATE_FAKE_CUDA_SLOW="call=ms[,...]": that call sleeps ms once inside  | test       |
+// |   the gate (counted in flight)                                               |            |
+// | $GPUMIGRATE_FAKE_CUDA_DIR (default /dev/shm) holds the state files gm-fake-  | test       |
+// |   cuda.PID                                                                   |            |
 //
 // Thread safety: every exported call may be made from any thread.
 #pragma once
@@ -126,5 +139,7 @@ CUresult RestoreAllDeviceMemory();
 // The target side of the checkpoint API (fake_service.cc): publishes the state
 // file and starts the service thread; called by the first successful cuInit.
 void StartService();
+// Mirrors the used bytes of all devices into the state file (for tests).
+void PublishDeviceUsed(uint64_t bytes);
 
 }  // namespace gpumigrate::cuda::fake

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "tests/support/cuda/fake/fake_libcuda.h"
@@ -51,6 +52,12 @@ Allocation* Find(Memory& m, uint64_t p, uint64_t bytes) {
   return &it->second;
 }
 
+void PublishUsed(const Memory& m) {
+  uint64_t total = 0;
+  for (uint64_t u : m.used) total += u;
+  PublishDeviceUsed(total);
+}
+
 }  // namespace
 
 bool InAllocation(uint64_t p, uint64_t bytes) {
@@ -70,7 +77,10 @@ CUresult ReleaseAllDeviceMemory() {
   std::lock_guard lock(m.mu);
   for (auto& [base, a] : m.allocations) {
     a.saved.reset(new (std::nothrow) std::byte[a.bytes]);
-    if (a.saved == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (a.saved == nullptr) {  // release nothing: the process stays as it was
+      for (auto& entry : m.allocations) entry.second.saved.reset();
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     std::memcpy(a.saved.get(), reinterpret_cast<const void*>(base), a.bytes);
   }
   for (auto& [base, a] : m.allocations) {
@@ -121,6 +131,7 @@ GM_FAKE_EXPORT CUresult cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   a.mapped = mapped;
   a.device = dev;
   used += mapped;
+  PublishUsed(m);
   *dptr = base;
   return CUDA_SUCCESS;
 }
@@ -134,6 +145,7 @@ GM_FAKE_EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
   munmap(reinterpret_cast<void*>(dptr), it->second.mapped);
   m.used[static_cast<size_t>(it->second.device)] -= it->second.mapped;
   m.allocations.erase(it);
+  PublishUsed(m);
   return CUDA_SUCCESS;
 }
 

@@ -1,11 +1,18 @@
 // The driver double's own semantics (tests/support/cuda/fake/fake_libcuda.h):
 // what a test of the CUDA backend relies on must hold here first.
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "engine/devices/cuda/page_hash.h"
+#include "tests/support/cuda/fake/fake_shared_state.h"
 #include "tests/support/cuda/fresh_fake.h"
 
 namespace gpumigrate::cuda {
@@ -215,6 +222,89 @@ TEST_F(FakeDriverTest, InjectedFailuresReturnTheirCode) {
 TEST_F(FakeDriverTest, UnknownStreamsAreInvalidHandles) {
   EXPECT_EQ(a().cuStreamSynchronize(reinterpret_cast<CUstream>(0x2)), CUDA_SUCCESS);
   EXPECT_EQ(a().cuStreamSynchronize(reinterpret_cast<CUstream>(0x1000)), CUDA_ERROR_INVALID_HANDLE);
+}
+
+// Whether this process can read [p, p + bytes): false once the pages are gone.
+bool Readable(CUdeviceptr p, size_t bytes) {
+  std::vector<char> buf(bytes);
+  iovec local{buf.data(), bytes};
+  iovec remote{reinterpret_cast<void*>(p), bytes};
+  return process_vm_readv(getpid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(bytes);
+}
+
+// This process is both the CUDA process and its controller: the fake's service
+// thread does the work, as it would for another process.
+TEST(FakeDriver, CheckpointMovesDeviceMemoryOutAndBackInPlace) {
+  FreshFake fake(GM_CUDA_FAKE, kNeeds | kNeedCheckpoint);
+  ASSERT_EQ(fake.error(), "");
+  const DriverApi& a = fake.api();
+  const int self = getpid();
+  CUprocessState state{};
+  EXPECT_EQ(a.cuCheckpointProcessGetState(self, &state), CUDA_ERROR_INVALID_VALUE) << "no cuInit yet: no CUDA here";
+  ASSERT_EQ(a.cuInit(0), CUDA_SUCCESS);
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(a.cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  CUdeviceptr p = 0;
+  constexpr size_t kBytes = 3 * 4096 + 100;
+  ASSERT_EQ(a.cuMemAlloc(&p, kBytes), CUDA_SUCCESS);
+  ASSERT_EQ(a.cuMemsetD32(p, 0x5a5a1234u, kBytes / 4), CUDA_SUCCESS);
+
+  ASSERT_EQ(a.cuCheckpointProcessGetState(self, &state), CUDA_SUCCESS);
+  EXPECT_EQ(state, CU_PROCESS_STATE_RUNNING);
+  EXPECT_EQ(a.cuCheckpointProcessCheckpoint(self, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(a.cuCheckpointProcessUnlock(self, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_EQ(a.cuCheckpointProcessLock(self, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(a.cuCheckpointProcessLock(self, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  EXPECT_EQ(a.cuCheckpointProcessRestore(self, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_EQ(a.cuCheckpointProcessCheckpoint(self, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(a.cuCheckpointProcessGetState(self, &state), CUDA_SUCCESS);
+  EXPECT_EQ(state, CU_PROCESS_STATE_CHECKPOINTED);
+  EXPECT_FALSE(Readable(p, 4096)) << "checkpointed device pages are still mapped";
+  {
+    fake::SharedStateView view(fake.dir(), self);
+    ASSERT_TRUE(view.ok());
+    EXPECT_EQ(view.get()->device_used_bytes.load(), 0u);
+  }
+  CUcheckpointGpuPair pair{};
+  CUcheckpointRestoreArgs remap{};
+  remap.gpuPairs = &pair;
+  remap.gpuPairsCount = 1;
+  EXPECT_EQ(a.cuCheckpointProcessRestore(self, &remap), CUDA_ERROR_NOT_SUPPORTED);
+  EXPECT_EQ(a.cuCheckpointProcessUnlock(self, nullptr), CUDA_ERROR_ILLEGAL_STATE);
+  ASSERT_EQ(a.cuCheckpointProcessRestore(self, nullptr), CUDA_SUCCESS);
+  ASSERT_EQ(a.cuCheckpointProcessUnlock(self, nullptr), CUDA_SUCCESS);
+
+  std::vector<uint32_t> words(kBytes / 4);
+  ASSERT_EQ(a.cuMemcpyDtoH(words.data(), p, words.size() * 4), CUDA_SUCCESS);  // the same address
+  EXPECT_EQ(std::count(words.begin(), words.end(), 0x5a5a1234u), static_cast<long>(words.size()));
+  size_t free_bytes = 0, total_bytes = 0;
+  ASSERT_EQ(a.cuMemGetInfo(&free_bytes, &total_bytes), CUDA_SUCCESS);
+  EXPECT_EQ(total_bytes - free_bytes, 4 * 4096u);
+  int tid = 0;
+  ASSERT_EQ(a.cuCheckpointProcessGetRestoreThreadId(self, &tid), CUDA_SUCCESS);
+  EXPECT_NE(tid, 0);
+  EXPECT_NE(tid, self);
+}
+
+TEST(FakeDriver, ACallWhileLockedWaitsForTheUnlock) {
+  FreshFake fake(GM_CUDA_FAKE, kNeeds | kNeedCheckpoint);
+  ASSERT_EQ(fake.error(), "");
+  const DriverApi& a = fake.api();
+  ASSERT_EQ(a.cuInit(0), CUDA_SUCCESS);
+  ASSERT_EQ(a.cuCheckpointProcessLock(getpid(), nullptr), CUDA_SUCCESS);
+  std::atomic<int> result{-1};
+  std::thread caller([&] {
+    int n = 0;
+    result.store(a.cuDeviceGetCount(&n));
+  });
+  fake::SharedStateView view(fake.dir(), getpid());
+  ASSERT_TRUE(view.ok());
+  while (view.get()->waiting_calls.load() == 0 && result.load() == -1) std::this_thread::yield();
+  EXPECT_EQ(result.load(), -1) << "a call returned while the process was LOCKED";
+  ASSERT_EQ(a.cuCheckpointProcessUnlock(getpid(), nullptr), CUDA_SUCCESS);
+  caller.join();
+  EXPECT_EQ(result.load(), CUDA_SUCCESS);
 }
 
 }  // namespace
