@@ -294,44 +294,53 @@ int HandleHello(Session& s, const std::vector<std::byte>& payload) {
   return Reply(s, w::Msg::kHello, out, fds);
 }
 
+// Source: waits for the workload to leave its write section (5 s at most), then
+// for the GPU work it queued, so the final sync sees everything. `lk` holds sh.mu.
+int Pause(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  sh.paused = true;
+  if (!sh.cv.wait_for(lk, kPauseTimeout, [&] { return sh.active == 0; })) {
+    sh.paused = false;
+    sh.cv.notify_all();
+    lk.unlock();
+    return ReplyError(s, w::Msg::kPause, ETIMEDOUT,
+                      "the workload did not leave its write section (gm_shim_enter/leave) within 5 s");
+  }
+  lk.unlock();
+  if (std::string e = gpumigrate::shimcuda::Synchronize(); !e.empty()) {
+    lk.lock();
+    sh.paused = false;
+    sh.cv.notify_all();
+    lk.unlock();
+    return ReplyError(s, w::Msg::kPause, EIO, "the workload paused, but " + e);
+  }
+  return Reply(s, w::Msg::kPause);
+}
+
+// CUDA requests (cuda_regions.cc). Regions do not change while serving: no lock
+// across the device work.
+int HandleCuda(Session& s, w::Msg type, std::span<const std::byte> payload) {
+  Shim& sh = S();
+  bool writable = false;
+  {
+    std::lock_guard lk(sh.mu);
+    writable = s.role == w::Role::kDestination && !sh.adopted;
+  }
+  return gpumigrate::shimcuda::Handle(s.sock, type, writable, payload, CudaRefs());
+}
+
 int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
   Shim& sh = S();
   auto type = static_cast<w::Msg>(h.type);
   if (type == w::Msg::kHello) return HandleHello(s, payload);
   if (!s.hello) return ReplyError(s, type, EPROTO, "hello first");
   const bool src = s.role == w::Role::kSource;
-  if (type >= w::Msg::kCudaInfo && type <= w::Msg::kCudaHash) {
-    bool writable = false;
-    {
-      std::lock_guard lk(sh.mu);
-      writable = !src && !sh.adopted;
-    }
-    // Regions do not change while serving: no lock across the device work.
-    return gpumigrate::shimcuda::Handle(s.sock, type, writable, payload, CudaRefs());
-  }
+  if (type >= w::Msg::kCudaInfo && type <= w::Msg::kCudaHash) return HandleCuda(s, type, payload);
   std::unique_lock lk(sh.mu);
   switch (type) {
-    case w::Msg::kPause: {
+    case w::Msg::kPause:
       if (!src) break;
-      sh.paused = true;
-      if (!sh.cv.wait_for(lk, kPauseTimeout, [&] { return sh.active == 0; })) {
-        sh.paused = false;
-        sh.cv.notify_all();
-        lk.unlock();
-        return ReplyError(s, type, ETIMEDOUT,
-                          "the workload did not leave its write section (gm_shim_enter/leave) within 5 s");
-      }
-      lk.unlock();
-      // Work the workload queued on the GPU before it paused lands before the final sync.
-      if (std::string e = gpumigrate::shimcuda::Synchronize(); !e.empty()) {
-        lk.lock();
-        sh.paused = false;
-        sh.cv.notify_all();
-        lk.unlock();
-        return ReplyError(s, type, EIO, "the workload paused, but " + e);
-      }
-      return Reply(s, type);
-    }
+      return Pause(s, lk);
     case w::Msg::kResume:
       if (!src) break;
       if (sh.released) {
