@@ -89,6 +89,27 @@ auto=host-hash
 migrate_case auto "" "$auto"
 migrate_case host ",hash=host" "host-hash (.*forced (hash=host)"
 migrate_case page1m ",page=1MiB" "$auto"
+
+# A live checkpoint to a file (then the source is released) restored into a
+# fresh process: every byte checked, digests equal to the source's at stop.
+start_workload ck.src --weights 8MiB --kv 8MiB --rate 10MB/s --dump-hashes "$tmp/ck.src.hashes"
+ckstpid=$tpid
+timeout 120 "$bin" checkpoint --device "cuda:$wpid" --to "$tmp/ck.ckpt" --then release --warmup 200ms \
+  >"$tmp/ck.out" 2>&1
+check "checkpoint of a CUDA process" 0 $?
+wait "$ckstpid"; check "checkpoint: the released source exits" 0 $?
+start_workload ck.dst --weights 8MiB --kv 8MiB --adopt --run-after 300ms --dump-hashes "$tmp/ck.dst.hashes"
+ckdtpid=$tpid
+timeout 120 "$bin" restore --from "$tmp/ck.ckpt" --device "cuda:$wpid" >"$tmp/ck.restore" 2>&1
+check "restore into a CUDA process" 0 $?
+wait "$ckdtpid"; check "restore: the destination checks every byte and runs on" 0 $?
+contains "restore: adopted" "$tmp/ck.dst.out" "kv pages equal to the source at stop"
+if [ -s "$tmp/ck.src.hashes" ] && cmp -s "$tmp/ck.src.hashes" "$tmp/ck.dst.hashes"; then
+  echo "ok: restore: device memory equals the source's at the checkpoint, page for page"
+else
+  echo "FAIL: restore: page digests differ"; fail=1
+fi
+
 [ $real = 1 ] && exit $fail
 # No kernel can be loaded (the driver rejects the PTX): auto falls back to host
 # hashing and says why.
