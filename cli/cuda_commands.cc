@@ -1,6 +1,7 @@
 #include "cli/cuda_commands.h"
 
 #include <chrono>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -17,15 +18,37 @@ void AddPid(CLI::App* c, CudaFlags& f) {
   c->add_flag("--json", f.json, "Print one JSON object on stdout");
 }
 
-// The state after a failure decides the exit code: 1 when the process runs
-// (nothing lost), 3 when it is held, 2 when there is no driver or no CUDA
-// process to speak of.
+// The exit code of a failure (README, CLI contract), from the Status code first:
+// 2 when there is no driver, no CUDA process, or one the driver cannot
+// checkpoint (nothing done); 1 when the process is known RUNNING (a lock timeout,
+// a checkpoint unlocked back); 3 when it is in doubt. Only for a refusal
+// (kFailedPrecondition, nothing done) or an unexpected code is the driver asked
+// again: RUNNING gives 1, anything else (LOCKED, CHECKPOINTED, FAILED, in
+// progress, or a state that cannot be read) 3. `state` gets the state to report,
+// "UNKNOWN" when it cannot be read.
 int ExitCode(const Status& s, int pid, std::string* state) {
-  if (s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kInvalidArgument) return 2;
-  auto info = QueryCudaProcess(pid);
-  if (!info.ok()) return 2;
-  *state = CudaProcessStateName(info->state);
-  return info->state == CudaProcessState::kRunning ? 1 : 3;
+  const auto query = [&] {
+    auto info = QueryCudaProcess(pid);
+    *state = info.ok() ? std::string(CudaProcessStateName(info->state)) : "UNKNOWN";
+    return info.ok() ? std::optional<CudaProcessState>(info->state) : std::nullopt;
+  };
+  switch (s.code()) {
+    case StatusCode::kUnavailable:
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kUnimplemented:
+      return 2;
+    case StatusCode::kAborted:
+    case StatusCode::kDeadlineExceeded:
+      *state = "RUNNING";
+      return 1;
+    case StatusCode::kInDoubt:
+      query();
+      return 3;
+    default: {
+      const auto now = query();
+      return now == CudaProcessState::kRunning ? 1 : 3;
+    }
+  }
 }
 
 int RunState(const CudaFlags& f) {
@@ -59,7 +82,8 @@ int RunChange(const CudaFlags& f, bool suspend) {
       Print(stderr, "gpumigrate {}: --timeout: {}\n", cmd, timeout.status().message());
       return 2;
     }
-    st = SuspendCudaProcess(f.pid, std::chrono::duration_cast<std::chrono::milliseconds>(*timeout));
+    // Rounded up: a timeout under 1 ms must not become 0 (= wait for ever).
+    st = SuspendCudaProcess(f.pid, std::chrono::ceil<std::chrono::milliseconds>(*timeout));
   } else {
     st = ResumeCudaProcess(f.pid);
   }

@@ -31,8 +31,18 @@
 
 namespace gpumigrate {
 
-enum class CudaProcessState { kRunning = 0, kLocked = 1, kCheckpointed = 2, kFailed = 3 };
-// "RUNNING", "LOCKED", "CHECKPOINTED", "FAILED" (the driver's names).
+// CHECKPOINTING and RESTORING (4, 5) are reported by newer drivers (CUDA 13)
+// while another controller's checkpoint or restore is under way.
+enum class CudaProcessState {
+  kRunning = 0,
+  kLocked = 1,
+  kCheckpointed = 2,
+  kFailed = 3,
+  kCheckpointing = 4,
+  kRestoring = 5,
+};
+// "RUNNING", "LOCKED", "CHECKPOINTED", "FAILED", "CHECKPOINTING", "RESTORING"
+// (the driver's names).
 std::string_view CudaProcessStateName(CudaProcessState s);
 
 struct CudaProcessInfo {
@@ -43,21 +53,28 @@ struct CudaProcessInfo {
   int driver_version = 0;   // 1000 * major + 10 * minor
 };
 
-// The state of `pid`. Errors: kUnavailable (no driver, or one without the
-// checkpoint API), kInvalidArgument (no such process, or no CUDA in it).
+// The state of `pid`. The driver is initialised (cuInit) in the calling process
+// first. Errors: kUnavailable (no driver, one without the checkpoint API, or
+// cuInit failed), kInvalidArgument (no such process, or no CUDA in it:
+// CUDA_ERROR_INVALID_VALUE); any other error of cuCheckpointProcessGetState with
+// the code CudaDriver::Check gives it (e.g. kUnimplemented for
+// CUDA_ERROR_NOT_SUPPORTED: a process the driver cannot checkpoint).
 Result<CudaProcessInfo> QueryCudaProcess(int pid);
 
 // RUNNING -> CHECKPOINTED. lock_timeout 0 waits for ever for the process's CUDA
 // calls in flight. Errors besides QueryCudaProcess's: kFailedPrecondition (not
-// RUNNING: refused, nothing done), kDeadlineExceeded (the lock timed out; still
+// RUNNING, CHECKPOINTING/RESTORING in progress, or another controller locked it
+// between our query and our lock: refused, nothing done), kDeadlineExceeded (the lock timed out; still
 // RUNNING), kAborted (the checkpoint failed and the process was unlocked:
 // RUNNING), kInDoubt (a step failed and the process is left neither RUNNING nor
 // CHECKPOINTED; the message says which state).
 Status SuspendCudaProcess(int pid, std::chrono::milliseconds lock_timeout);
 
 // CHECKPOINTED or LOCKED -> RUNNING. Errors besides QueryCudaProcess's:
-// kFailedPrecondition (RUNNING: nothing to resume; FAILED), kInDoubt (restore or
-// unlock failed; the message says the state found after).
+// kFailedPrecondition (RUNNING: nothing to resume; FAILED; CHECKPOINTING or
+// RESTORING in progress), kInDoubt (restore or unlock failed; the message says
+// the state found after; a restore refused with CUDA_ERROR_NOT_INITIALIZED
+// names persistence mode).
 Status ResumeCudaProcess(int pid);
 
 // One driver step, as `cuda-checkpoint --action` does it (no state checks of

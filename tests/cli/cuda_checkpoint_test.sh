@@ -82,6 +82,36 @@ for _ in $(seq 400); do [ "$(slow_inside "$apid")" -gt 0 ] && break; sleep 0.05;
 check "lock timeout: failed, still running (1)" 1 $?
 contains "timeout named" "$tmp/timeout.err" "cuCheckpointProcessLock failed: CUDA_ERROR_TIMEOUT"
 json_check "$tmp/timeout.json" "r['outcome'] == 'failed' and r['state'] == 'RUNNING'" "timeout JSON"
+# Under 1 ms is rounded up, not truncated to 0 (= wait for ever): it still times out.
+timeout 60 "$bin" cuda suspend "$apid" --timeout 500us >"$tmp/us.out" 2>&1
+check "a --timeout under 1 ms times out (1)" 1 $?
+contains "sub-ms timeout named" "$tmp/us.out" "cuCheckpointProcessLock failed: CUDA_ERROR_TIMEOUT"
+
+# A checkpoint failing inside the target: unlocked back, RUNNING (1).
+start_app tfail GPUMIGRATE_FAKE_CUDA_FAIL=cuCheckpointProcessCheckpoint=2
+"$bin" cuda suspend "$apid" --json >"$tmp/tfail.json" 2>"$tmp/tfail.err"
+check "a checkpoint failing in the target (1)" 1 $?
+json_check "$tmp/tfail.json" "r['outcome'] == 'failed' and r['state'] == 'RUNNING'" "target failure JSON"
+frozen=$(progress tfail iterations)
+if wait_progress tfail "$frozen"; then echo "ok: the app runs on after the failed checkpoint"; else echo "FAIL: the app stopped"; fail=1; fi
+[ "$(progress tfail verify_failures)" = 0 ] && echo "ok: memory intact" || { echo "FAIL: memory changed"; fail=1; }
+
+# Exit codes come from the kind of failure: a lock refused by the driver while
+# the process stays RUNNING is 1; a checkpoint and unlock both failing is 3.
+GPUMIGRATE_FAKE_CUDA_FAIL=cuCheckpointProcessCheckpoint=2,cuCheckpointProcessUnlock=999 \
+  "$bin" cuda suspend "$apid" --json >"$tmp/doubt.json" 2>"$tmp/doubt.err"
+check "checkpoint and unlock failing: in doubt (3)" 3 $?
+json_check "$tmp/doubt.json" "r['outcome'] == 'failed' and r['state'] == 'LOCKED'" "in-doubt JSON"
+"$bin" cuda resume "$apid" >/dev/null 2>&1; check "resume after in doubt" 0 $?
+# FAILED is in doubt (3), never "held, memory intact": the README says which.
+python3 - "$tmp/gm-fake-cuda.$apid" <<'PY'
+import struct, sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(24); f.write(struct.pack("<i", 3))
+PY
+"$bin" cuda resume "$apid" --json >"$tmp/failed.json" 2>"$tmp/failed.err"; check "resume of a FAILED process (3)" 3 $?
+json_check "$tmp/failed.json" "r['state'] == 'FAILED'" "FAILED JSON"
+contains "FAILED named" "$tmp/failed.err" "it is FAILED: the driver cannot resume it"
 
 # No CUDA in the process, no process, no driver, a driver without the API or too old.
 "$bin" cuda state $$ >"$tmp/nocuda.out" 2>&1; check "a process without CUDA (2)" 2 $?

@@ -3,6 +3,7 @@
 // resumes it through include/gpumigrate/cuda_checkpoint.h, and the child checks
 // its memory. Skips, with the reason, where no driver, no checkpoint API or no
 // device is found. ctest label `gpu`.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,6 +30,28 @@ std::string Hear(int fd) {
   const ssize_t n = read(fd, buf, sizeof(buf));
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
 }
+
+// Whatever an ASSERT leaves behind, the child must not stay LOCKED or
+// CHECKPOINTED on a real GPU: try to resume it, then kill and reap it.
+class ChildGuard {
+ public:
+  explicit ChildGuard(pid_t pid) : pid_(pid) {}
+  ~ChildGuard() {
+    if (pid_ <= 0) return;
+    if (auto info = QueryCudaProcess(pid_); info.ok() && info->state != CudaProcessState::kRunning) {
+      (void)ResumeCudaProcess(pid_);
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  // The child was reaped by the test itself.
+  void Release() { pid_ = -1; }
+  ChildGuard(const ChildGuard&) = delete;
+  ChildGuard& operator=(const ChildGuard&) = delete;
+
+ private:
+  pid_t pid_;
+};
 
 // The CUDA process: never returns. Says "ready", or "skip: why" / "error: what".
 [[noreturn]] void Child(int to_parent, int from_parent) {
@@ -62,9 +85,11 @@ TEST(CudaCheckpointGpu, SuspendAndResumeKeepDeviceMemory) {
   ASSERT_EQ(pipe(down), 0);
   const pid_t pid = fork();  // before this process touches CUDA: a CUDA context does not survive fork
   if (pid == 0) Child(up[1], down[0]);
+  ChildGuard guard(pid);
   const std::string hello = Hear(up[0]);
   if (hello.rfind("skip: ", 0) == 0) {
     waitpid(pid, nullptr, 0);
+    guard.Release();
     GTEST_SKIP() << hello.substr(6);
   }
   ASSERT_EQ(hello, "ready");
@@ -82,6 +107,7 @@ TEST(CudaCheckpointGpu, SuspendAndResumeKeepDeviceMemory) {
   EXPECT_EQ(Hear(up[0]), "intact");
   int status = 0;
   waitpid(pid, &status, 0);
+  guard.Release();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 

@@ -51,7 +51,15 @@ struct Target {
       }
       case CudaAction::kRestore: {
         cuda::CUcheckpointRestoreArgs args{};
-        return driver->Check(api.cuCheckpointProcessRestore(pid, &args), "cuCheckpointProcessRestore");
+        const cuda::CUresult r = api.cuCheckpointProcessRestore(pid, &args);
+        Status st = driver->Check(r, "cuCheckpointProcessRestore");
+        if (r == cuda::CUDA_ERROR_NOT_INITIALIZED) {
+          // Open called cuInit here, so what the driver lacks is persistence mode.
+          return {st.code(), st.message() + " (restore needs persistence mode or cuInit in the controller; cuInit "
+                                            "succeeded here: enable persistence mode (nvidia-smi -pm 1) or keep a "
+                                            "CUDA process running on the GPU)"};
+        }
+        return st;
       }
       case CudaAction::kUnlock: {
         cuda::CUcheckpointUnlockArgs args{};
@@ -62,21 +70,38 @@ struct Target {
   }
 };
 
-// The driver and a pid that exists and has CUDA state, with its state now.
+// The driver and a pid that exists and has CUDA state, with its state now. The
+// driver is initialised in this process first: the checkpoint calls may return
+// CUDA_ERROR_NOT_INITIALIZED without it, and Restore needs it (or persistence
+// mode).
 Result<Target> Open(int pid, CudaProcessState* state, std::string_view what) {
   const std::string prefix = fmt::format("cuda: {} of process {} failed", what, pid);
   if (pid <= 0) return InvalidArgument(fmt::format("{}: {} is not a process id", prefix, pid));
   GM_ASSIGN_OR_RETURN(const CudaDriver* driver, CudaDriver::Load(cuda::kNeedCore | cuda::kNeedCheckpoint));
+  if (Status st = driver->Check(driver->api().cuInit(0), "cuInit"); !st.ok()) {
+    return Unavailable(fmt::format("{}: the driver {} cannot be initialised in this process: {}", prefix,
+                                   driver->path(), st.message()));
+  }
   if (kill(pid, 0) != 0 && errno == ESRCH) return InvalidArgument(fmt::format("{}: no process {}", prefix, pid));
   Target t{driver, pid};
   auto s = t.State();
   if (!s.ok()) {
-    return InvalidArgument(fmt::format("{}: the driver knows no CUDA state in it (not a CUDA process, or its "
-                                       "driver is not {}): {}",
-                                       prefix, driver->path(), s.status().message()));
+    // Only CUDA_ERROR_INVALID_VALUE means "no CUDA here"; anything else (e.g.
+    // CUDA_ERROR_NOT_SUPPORTED for a process using UVM or IPC memory) is the
+    // driver's own answer and keeps its code.
+    if (s.status().code() == StatusCode::kInvalidArgument) {
+      return InvalidArgument(fmt::format("{}: the driver knows no CUDA state in it (not a CUDA process, or its "
+                                         "driver is not {}): {}",
+                                         prefix, driver->path(), s.status().message()));
+    }
+    return Status{s.status().code(), fmt::format("{}: {}", prefix, s.status().message())};
   }
   *state = *s;
   return t;
+}
+
+bool InProgress(CudaProcessState s) {
+  return s == CudaProcessState::kCheckpointing || s == CudaProcessState::kRestoring;
 }
 
 }  // namespace
@@ -87,6 +112,8 @@ std::string_view CudaProcessStateName(CudaProcessState s) {
     case CudaProcessState::kLocked: return "LOCKED";
     case CudaProcessState::kCheckpointed: return "CHECKPOINTED";
     case CudaProcessState::kFailed: return "FAILED";
+    case CudaProcessState::kCheckpointing: return "CHECKPOINTING";
+    case CudaProcessState::kRestoring: return "RESTORING";
   }
   return "UNKNOWN";
 }
@@ -118,6 +145,10 @@ Status SuspendCudaProcess(int pid, std::chrono::milliseconds lock_timeout) {
   CudaProcessState state{};
   GM_ASSIGN_OR_RETURN(Target t, Open(pid, &state, "suspend"));
   const std::string prefix = fmt::format("cuda: suspend of process {} failed", pid);
+  if (InProgress(state)) {
+    return FailedPrecondition(fmt::format("{}: it is {}: a checkpoint or restore is in progress; not touching it",
+                                          prefix, CudaProcessStateName(state)));
+  }
   if (state != CudaProcessState::kRunning) {
     return FailedPrecondition(fmt::format(
         "{}: it is {}, not RUNNING: another controller (an earlier gpumigrate that did not finish, or "
@@ -127,14 +158,23 @@ Status SuspendCudaProcess(int pid, std::chrono::milliseconds lock_timeout) {
   }
   if (Status st = t.Step(CudaAction::kLock, lock_timeout); !st.ok()) {
     const std::string after = t.StateAfter();
-    const std::string why = st.code() == StatusCode::kDeadlineExceeded
-                                ? fmt::format(" (its CUDA calls in flight did not return within {} ms)",
-                                              lock_timeout.count())
-                                : "";
-    return {after == "RUNNING" ? (st.code() == StatusCode::kDeadlineExceeded ? StatusCode::kDeadlineExceeded
-                                                                             : StatusCode::kAborted)
-                               : StatusCode::kInDoubt,
-            fmt::format("{}: {}{}; the process is {}", prefix, st.message(), why, after)};
+    if (after == "RUNNING") {
+      const bool timed_out = st.code() == StatusCode::kDeadlineExceeded;
+      const std::string why =
+          timed_out ? fmt::format(" (its CUDA calls in flight did not return within {} ms)", lock_timeout.count())
+                    : "";
+      return {timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kAborted,
+              fmt::format("{}: {}{}; the process is {}", prefix, st.message(), why, after)};
+    }
+    if (st.code() == StatusCode::kFailedPrecondition && (after == "LOCKED" || after == "CHECKPOINTED")) {
+      // It was RUNNING a moment ago and our lock found it in another state:
+      // another controller locked it in between. It is that controller's now.
+      return FailedPrecondition(fmt::format(
+          "{}: {}; the process is {}: held by another controller, which locked it between our state query and "
+          "our lock; not touching it",
+          prefix, st.message(), after));
+    }
+    return {StatusCode::kInDoubt, fmt::format("{}: {}; the process is {}", prefix, st.message(), after)};
   }
   if (Status st = t.Step(CudaAction::kCheckpoint, {}); !st.ok()) {
     Status unlock = t.Step(CudaAction::kUnlock, {});
@@ -153,6 +193,10 @@ Status ResumeCudaProcess(int pid) {
   CudaProcessState state{};
   GM_ASSIGN_OR_RETURN(Target t, Open(pid, &state, "resume"));
   const std::string prefix = fmt::format("cuda: resume of process {} failed", pid);
+  if (InProgress(state)) {
+    return FailedPrecondition(fmt::format("{}: it is {}: a checkpoint or restore is in progress; not touching it",
+                                          prefix, CudaProcessStateName(state)));
+  }
   if (state == CudaProcessState::kRunning || state == CudaProcessState::kFailed) {
     return FailedPrecondition(fmt::format("{}: it is {}: {}", prefix, CudaProcessStateName(state),
                                           state == CudaProcessState::kRunning ? "nothing to resume"

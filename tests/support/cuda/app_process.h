@@ -25,6 +25,11 @@ class AppProcess {
   AppProcess(const std::string& app, const std::string& progress_path,
              const std::vector<std::pair<std::string, std::string>>& env) {
     progress_ = MapProgress(progress_path, true);
+    if (progress_ == nullptr) {  // no app: progress() reads a blank record, WaitReady fails
+      progress_ = &unmapped_;
+      reaped_ = true;
+      return;
+    }
     std::vector<std::string> vars;
     for (char** e = environ; *e != nullptr; ++e) vars.emplace_back(*e);
     for (const auto& [k, v] : env) vars.push_back(k + "=" + v);
@@ -46,7 +51,7 @@ class AppProcess {
   int pid() const { return pid_; }
   AppProgress& progress() const { return *progress_; }
   bool Exited() {
-    if (reaped_) return true;
+    if (reaped_ || pid_ <= 0) return true;
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) == pid_) reaped_ = true;
     return reaped_;
@@ -62,7 +67,7 @@ class AppProcess {
     }
     return true;
   }
-  bool WaitReady() { return progress_ != nullptr && WaitUntil([&] { return progress_->ready.load() == 1; }); }
+  bool WaitReady() { return pid_ > 0 && WaitUntil([&] { return progress_->ready.load() == 1; }); }
 
   void Kill() {
     if (pid_ > 0 && !reaped_) {
@@ -74,6 +79,7 @@ class AppProcess {
   }
 
  private:
+  AppProgress unmapped_{};  // when the progress file cannot be mapped
   AppProgress* progress_ = nullptr;
   pid_t pid_ = -1;
   bool reaped_ = false;

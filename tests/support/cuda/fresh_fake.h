@@ -7,6 +7,9 @@
 
 #include <stdlib.h>
 
+#include <cerrno>
+#include <cstring>
+
 #include <filesystem>
 #include <string>
 
@@ -38,7 +41,12 @@ class FreshFake {
   // Copies `library` and loads it with `needs`; error() holds LoadDriver's sentence.
   FreshFake(const std::string& library, unsigned needs) {
     char tmpl[] = "/tmp/gm-cuda-fake-XXXXXX";
-    dir_ = mkdtemp(tmpl);
+    const char* dir = mkdtemp(tmpl);
+    if (dir == nullptr) {
+      error_ = std::string("FreshFake: mkdtemp failed: ") + std::strerror(errno);
+      return;
+    }
+    dir_ = dir;
     const std::filesystem::path copy = std::filesystem::path(dir_) / "libcuda-fake.so";
     std::filesystem::copy_file(library, copy);
     setenv("GPUMIGRATE_LIBCUDA", copy.c_str(), 1);
@@ -46,6 +54,7 @@ class FreshFake {
     error_ = LoadDriver(needs, &driver_);
   }
   ~FreshFake() {
+    if (dir_.empty()) return;
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }

@@ -57,6 +57,9 @@
 // |   wait meanwhile                                                             |            |
 // | Lock with timeoutMs expired: stays RUNNING, returns CUDA_ERROR_TIMEOUT;      | D / A      |
 // |   timeoutMs 0 = no limit                                                     |            |
+// | a Lock with timeoutMs queued behind another controller's request waits at    | A          |
+// |   most timeoutMs for it, then answers by the same rule: RUNNING ->           |            |
+// |   CUDA_ERROR_TIMEOUT, otherwise CUDA_ERROR_ILLEGAL_STATE                     |            |
 // | while LOCKED or CHECKPOINTED every call of the target (but those not needing | D          |
 // |   cuInit) waits                                                              |            |
 // | Checkpoint: LOCKED -> CHECKPOINTED; device memory copied to host memory, its | D          |
@@ -70,10 +73,17 @@
 // | a pid with no live CUDA process (no state file, process gone or a zombie,    | A          |
 // |   pid reused), or one that dies while a controller waits ->                  |            |
 // |   CUDA_ERROR_INVALID_VALUE                                                   |            |
-// | cuCheckpoint* need no cuInit in the calling process                          | A          |
+// | cuCheckpointProcessRestore before the calling process's cuInit ->            | D          |
+// |   CUDA_ERROR_NOT_INITIALIZED ("requires persistence mode to be enabled or    |            |
+// |   cuInit to have been called"; the fake has no persistence mode)             |            |
+// | the other cuCheckpoint* need no cuInit in the calling process                | A          |
 // | GetRestoreThreadId: the tid of the target's service thread                   | D          |
+// | a child forked after cuInit neither publishes into nor removes the parent's  | A          |
+// |   state file (it has no service; CUDA does not survive fork)                 |            |
 // | $GPUMIGRATE_FAKE_CUDA_FAIL="call=code[,call=code]": that call returns code,  | test       |
 // |   before doing anything, in the process that makes it (read at every call)   |            |
+// |   and, for cuCheckpointProcessLock/Checkpoint/Restore/Unlock, in the target: |            |
+// |   its service fails that step with code before doing anything                |            |
 // | $GPUMIGRATE_FAKE_CUDA_SLOW="call=ms[,...]": that call sleeps ms once inside  | test       |
 // |   the gate (counted in flight)                                               |            |
 // | $GPUMIGRATE_FAKE_CUDA_DIR (default /dev/shm) holds the state files gm-fake-  | test       |

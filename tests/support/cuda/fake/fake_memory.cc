@@ -24,6 +24,7 @@ struct Allocation {
   uint64_t mapped = 0;    // rounded up to kGranule
   int device = 0;
   std::unique_ptr<std::byte[]> saved;  // while checkpointed: the contents
+  bool released = false;               // checkpointed and not yet restored
 };
 
 struct Memory {
@@ -88,19 +89,29 @@ CUresult ReleaseAllDeviceMemory() {
     madvise(reinterpret_cast<void*>(base), a.mapped, MADV_DONTNEED);
     mprotect(reinterpret_cast<void*>(base), a.mapped, PROT_NONE);
     m.used[static_cast<size_t>(a.device)] -= a.mapped;
+    a.released = true;
   }
+  PublishUsed(m);
   return CUDA_SUCCESS;
 }
 
 CUresult RestoreAllDeviceMemory() {
   Memory& m = TheMemory();
   std::lock_guard lock(m.mu);
+  // A restore that failed part way is retried: the allocations it brought back
+  // are skipped, so none is counted twice.
   for (auto& [base, a] : m.allocations) {
-    if (mprotect(reinterpret_cast<void*>(base), a.mapped, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!a.released) continue;
+    if (mprotect(reinterpret_cast<void*>(base), a.mapped, PROT_READ | PROT_WRITE) != 0) {
+      PublishUsed(m);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     if (a.saved != nullptr) std::memcpy(reinterpret_cast<void*>(base), a.saved.get(), a.bytes);
     a.saved.reset();
+    a.released = false;
     m.used[static_cast<size_t>(a.device)] += a.mapped;
   }
+  PublishUsed(m);
   return CUDA_SUCCESS;
 }
 

@@ -2,11 +2,13 @@
 // (fake_shared_state.h) at the first cuInit and runs the service thread that
 // carries out the requests of controllers in other processes.
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 #include <thread>
 
@@ -17,10 +19,28 @@
 namespace gpumigrate::cuda::fake {
 namespace {
 
+// How long the service sleeps before it re-checks for a request whose poster
+// died before waking it (a lost wakeup must not stall the target for ever).
+constexpr int kServiceRecheckMs = 100;
+
 std::atomic<SharedState*> g_shared{nullptr};
 std::string* g_path = nullptr;  // for the unlink at exit
 
+const char* CallName(Op op) {
+  switch (op) {
+    case Op::kLock: return "cuCheckpointProcessLock";
+    case Op::kCheckpoint: return "cuCheckpointProcessCheckpoint";
+    case Op::kRestore: return "cuCheckpointProcessRestore";
+    case Op::kUnlock: return "cuCheckpointProcessUnlock";
+    case Op::kNone: break;
+  }
+  return "";
+}
+
 CUresult Serve(Op op, uint32_t arg) {
+  // $GPUMIGRATE_FAKE_CUDA_FAIL of the target fails the step here, in the target,
+  // before anything is done (a failure the controller only sees as a result).
+  if (CUresult f = InjectedFailure(CallName(op))) return f;
   switch (op) {
     case Op::kLock:
       return GateLock(arg);
@@ -48,7 +68,7 @@ void ServiceLoop(SharedState* s) {
   for (;;) {
     const uint32_t req = s->request_seq.load();
     if (req == served) {
-      FutexWait(&s->request_seq, req, -1);
+      FutexWait(&s->request_seq, req, kServiceRecheckMs);
       continue;
     }
     const CUresult r = Serve(static_cast<Op>(s->op.load()), s->arg.load());
@@ -111,7 +131,18 @@ void StartService() {
     return;
   }
   g_path = new std::string(path);
-  std::atexit([] { unlink(g_path->c_str()); });
+  std::atexit([] {
+    if (g_path != nullptr) unlink(g_path->c_str());
+  });
+  // A child forked after cuInit has no service thread and is not the process the
+  // file names: it must neither publish into the parent's file nor unlink it.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    pthread_atfork(nullptr, nullptr, [] {
+      g_shared.store(nullptr);
+      g_path = nullptr;
+    });
+  });
 }
 
 void PublishGate(CUprocessState state, const GateCounters& counters) {

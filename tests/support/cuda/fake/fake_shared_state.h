@@ -18,7 +18,9 @@
 // The state, the waiting and slow calls and the device's used bytes are
 // published here by the target as they change, so GetState needs no request and
 // tests can watch the target (ReadSharedState). A controller killed mid-request
-// leaves the request to finish; the next one waits for it. The file is created
+// leaves the request to finish; the next one wakes the target (in case the dead
+// one never did) and waits for it; the target also re-checks request_seq every
+// 100 ms, so a lost wakeup cannot stall it. The file is created
 // under a temporary name and renamed, so a reader never sees it half written;
 // it holds the target's start time so a reused pid is not taken for it.
 #pragma once

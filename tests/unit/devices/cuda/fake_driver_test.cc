@@ -1,9 +1,11 @@
 // The driver double's own semantics (tests/support/cuda/fake/fake_libcuda.h):
 // what a test of the CUDA backend relies on must hold here first.
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -305,6 +307,46 @@ TEST(FakeDriver, ACallWhileLockedWaitsForTheUnlock) {
   ASSERT_EQ(a.cuCheckpointProcessUnlock(getpid(), nullptr), CUDA_SUCCESS);
   caller.join();
   EXPECT_EQ(result.load(), CUDA_SUCCESS);
+}
+
+// "Restore requires persistence mode to be enabled or cuInit to have been
+// called": the fake has no persistence mode, so without cuInit in the calling
+// process its Restore is refused, whatever the pid.
+TEST(FakeDriver, RestoreBeforeCuInitIsNotInitialized) {
+  FreshFake fake(GM_CUDA_FAKE, kNeeds | kNeedCheckpoint);
+  ASSERT_EQ(fake.error(), "");
+  const DriverApi& a = fake.api();
+  EXPECT_EQ(a.cuCheckpointProcessRestore(getpid(), nullptr), CUDA_ERROR_NOT_INITIALIZED);
+  EXPECT_EQ(a.cuCheckpointProcessRestore(1, nullptr), CUDA_ERROR_NOT_INITIALIZED);
+  ASSERT_EQ(a.cuInit(0), CUDA_SUCCESS);
+  EXPECT_EQ(a.cuCheckpointProcessRestore(getpid(), nullptr), CUDA_ERROR_ILLEGAL_STATE) << "RUNNING: nothing to restore";
+}
+
+// A child forked after cuInit is not the process the state file names: what it
+// does must not show in the parent's file, and its exit must not remove it.
+TEST(FakeDriver, AChildForkedAfterCuInitLeavesTheParentsStateFileAlone) {
+  FreshFake fake(GM_CUDA_FAKE, kNeeds | kNeedCheckpoint);
+  ASSERT_EQ(fake.error(), "");
+  const DriverApi& a = fake.api();
+  ASSERT_EQ(a.cuInit(0), CUDA_SUCCESS);
+  CUcontext ctx = nullptr;
+  ASSERT_EQ(a.cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+  ASSERT_EQ(a.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+  const std::string file = fake::SharedStatePath(fake.dir(), getpid());
+  ASSERT_TRUE(std::filesystem::exists(file));
+  const pid_t child = fork();
+  if (child == 0) {
+    CUdeviceptr p = 0;
+    const CUresult r = a.cuMemAlloc(&p, 1 << 20);
+    std::exit(r == CUDA_SUCCESS ? 0 : 1);  // exit, not _exit: the atexit handlers run
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_TRUE(std::filesystem::exists(file)) << "the child's exit removed the parent's state file";
+  fake::SharedStateView view(fake.dir(), getpid());
+  ASSERT_TRUE(view.ok());
+  EXPECT_EQ(view.get()->device_used_bytes.load(), 0u) << "the child's allocation shows in the parent's state file";
 }
 
 }  // namespace
