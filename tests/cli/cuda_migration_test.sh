@@ -69,6 +69,12 @@ migrate_case() {
   contains "$name: tracker named" "$tmp/$name.err" "dirty tracking: $want"
 }
 
+# wait_for FILE TEXT: until FILE holds TEXT (at most 20 s), so a kill lands in the phase meant.
+wait_for() {
+  for _ in $(seq 400); do grep -q -- "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
+  echo "FAIL: '$2' never appeared in $1"; fail=1
+}
+
 # start_workload with the environment in GM_ENV (fault injection for the driver double).
 start_workload_env() {
   local name=$1; shift
@@ -156,7 +162,7 @@ start_receiver kill "cuda:$kdpid"
 timeout 60 "$bin" migrate --to "127.0.0.1:$port" --device "cuda:$kpid" --insecure-no-tls --bandwidth 8MB/s \
   --warmup 10ms >"$tmp/kill.out" 2>"$tmp/kill.err" &
 mpid=$!
-sleep 1.5
+wait_for "$tmp/kill.err" "^round 0 .* sent"
 kill -9 "$kpid"
 wait "$ktpid" 2>/dev/null
 wait "$mpid"; check "application killed: migrate fails" 1 $?
@@ -175,7 +181,7 @@ start_receiver gone "cuda:$gdpid"
 timeout 60 "$bin" migrate --to "127.0.0.1:$port" --device "cuda:$gpid" --insecure-no-tls --bandwidth 8MB/s \
   --warmup 10ms >"$tmp/gone.out" 2>"$tmp/gone.err" &
 mpid=$!
-sleep 1.5
+wait_for "$tmp/gone.err" "^round 0 .* sent"
 kill -9 "$mpid"
 wait "$gtpid"; check "gpumigrate killed in pre-copy: the application ran on and checked its memory" 0 $?
 contains "gpumigrate killed in pre-copy: self-check" "$tmp/gone.src.out" "self-check at exit: weights and 512 kv pages OK"
