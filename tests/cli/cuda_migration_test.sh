@@ -218,9 +218,8 @@ held_case() {
     --insecure-no-tls --warmup 100ms >"$tmp/$name.out" 2>"$tmp/$name.err"
   check "$name: gpumigrate killed at $phase" 137 $?
   wait "$rpid"
-  sleep 0.3
-  contains "$name: the shim says the workload stays paused, in doubt" "$tmp/$name.src.err" \
-    "stays paused (in doubt) until \`gpumigrate resume --device cuda:$hpid\`"
+  wait_for "$tmp/$name.src.err" "stays paused (in doubt) until \`gpumigrate resume --device cuda:$hpid\`" &&
+    echo "ok: $name: the shim says the workload stays paused, in doubt"
 }
 
 # Killed after Prepare: the destination never commits; the operator resumes the source.
