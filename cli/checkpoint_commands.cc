@@ -125,7 +125,7 @@ CLI::App* AddCheckpointCommand(CLI::App& app, CheckpointFlags& f) {
       "Write a device's state to a file, live by default (pre-copy rounds while it runs, a short stun for the final "
       "delta); `checkpoint verify FILE` checks a file, `checkpoint info FILE` prints its manifest.");
   c->require_subcommand(0, 1);
-  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,..., or proc:PID (see `gpumigrate help migrate`)")
+  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,..., proc:PID or cuda:PID (see `gpumigrate help migrate`)")
       ->capture_default_str();
   c->add_option("--to", f.to, "The checkpoint file to write (written as FILE.partial, renamed when complete)");
   AddSourceFlags(c, f.src, false);
@@ -161,7 +161,7 @@ CLI::App* AddRestoreCommand(CLI::App& app, RestoreFlags& f) {
                                "reaches the device.");
   c->add_option("--from", f.from, "The checkpoint file")->required();
   c->add_option("--device", f.device,
-                "Destination device spec (sim:..., or proc:PID: a process waiting in adopt mode)")
+                "Destination device spec (sim:..., or proc:PID / cuda:PID: a process waiting in adopt mode)")
       ->capture_default_str();
   c->add_option("--key-file", f.key_file, "Its key, when encrypted");
   c->add_option("--base-path", f.base_paths,

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/checkpoint_commands.h"
+#include "cli/cuda_commands.h"
 #include "cli/demo_command.h"
 #include "cli/calibrate_command.h"
 #include "cli/estimate_command.h"
@@ -103,6 +104,8 @@ int main(int argc, char** argv) {
   CLI::App* plan_cmd = gpumigrate::cli::AddPlanCommand(app, plan);
   gpumigrate::cli::InventoryFlags inventory;
   CLI::App* inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, inventory);
+  gpumigrate::cli::CudaFlags cuda;
+  CLI::App* cuda_cmd = gpumigrate::cli::AddCudaCommand(app, cuda);
   gpumigrate::cli::CalibrateFlags calibrate;
   CLI::App* calibrate_cmd = gpumigrate::cli::AddCalibrateCommand(app, calibrate);
 
@@ -142,5 +145,6 @@ int main(int argc, char** argv) {
   if (*restore_cmd) return gpumigrate::cli::RunRestore(restore, g_cancel);
   if (*plan_cmd) return gpumigrate::cli::RunPlan(plan);
   if (*inventory_cmd) return gpumigrate::cli::RunInventory(inventory);
+  if (*cuda_cmd) return gpumigrate::cli::RunCuda(cuda);
   return 2;
 }

@@ -70,7 +70,7 @@ int Usage(const char* cmd, const Status& s) {
 CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
   auto* c = app.add_subcommand("migrate",
                                "Live-migrate a device to a `gpumigrate receive` on another host (or process) over TCP.");
-  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim, or vfio:/dev/vfio/devices/vfioN for a device with VFIO migration v2")
+  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim, cuda:PID[,page=SIZE][,hash=auto|gpu|host] for the CUDA device memory such a process registered, or vfio:/dev/vfio/devices/vfioN for a device with VFIO migration v2")
       ->capture_default_str();
   c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
   AddSourceFlags(c, f.src);
@@ -88,7 +88,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
 CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   auto* c = app.add_subcommand("receive", "Wait for one `gpumigrate migrate` and become the destination device.");
   c->add_option("--listen", f.listen, "ADDR:PORT to listen on (port 0: any free port, see --port-file)")->required();
-  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID: a process waiting in adopt mode; vfio:PATH: a device of the same kind)")
+  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID or cuda:PID: a process waiting in adopt mode; vfio:PATH: a device of the same kind)")
       ->capture_default_str();
   c->add_option("--accept-timeout", f.accept_timeout, "How long to wait for the source")->capture_default_str();
   c->add_option("--port-file", f.port_file, "Write the port actually listened on to this file");

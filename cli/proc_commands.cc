@@ -13,7 +13,7 @@ namespace {
 // Both commands take the held source and nothing else.
 CLI::App* AddHeldCommand(CLI::App& app, HeldFlags& f, const std::string& name, const std::string& description) {
   auto* c = app.add_subcommand(name, description);
-  c->add_option("--device", f.device, "proc:PID of the held source")->required();
+  c->add_option("--device", f.device, "proc:PID or cuda:PID of the held source")->required();
   return c;
 }
 
@@ -33,7 +33,13 @@ CLI::App* AddReleaseCommand(CLI::App& app, HeldFlags& f) {
 
 int RunHeld(const HeldFlags& f, bool release) {
   const char* cmd = release ? "release" : "resume";
-  auto spec = ParseProcSpec(f.device);
+  Result<ProcSpec> spec = InvalidArgument("");
+  if (f.device.rfind("cuda:", 0) == 0) {
+    auto cs = ParseCudaSpec(f.device);
+    spec = cs.ok() ? Result<ProcSpec>(ProcSpecForCuda(*cs)) : Result<ProcSpec>(cs.status());
+  } else {
+    spec = ParseProcSpec(f.device);
+  }
   if (!spec.ok()) {
     Print(stderr, "gpumigrate {}: {}\n", cmd, spec.status().message());
     return 2;

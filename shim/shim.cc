@@ -1,6 +1,7 @@
 // libgpumigrate_shim: the workload side of the proc backend (see gpumigrate/shim.h).
 // One server thread accepts one gpumigrate session at a time on a Unix socket and
 // answers its requests; the workload's own threads only touch the pause gate.
+// Device memory (gm_shim_register_cuda) is served by shim/cuda_regions.cc.
 #include "gpumigrate/shim.h"
 
 #include <fcntl.h>
@@ -31,6 +32,8 @@
 #include "engine/devices/proc/shim_protocol.h"
 #include "engine/devices/proc/uffd_compat.h"
 #include "engine/devices/proc/uffd_probe.h"
+#include "engine/devices/cuda/page_hash.h"
+#include "shim/cuda_regions.h"
 
 #define GM_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -48,6 +51,7 @@ struct Region {
   uint32_t flags = 0;
   int memfd = -1;  // >= 0: allocated by gm_shim_alloc (and unmapped by shutdown)
   bool registered = false;
+  uint64_t dptr = 0;  // != 0: a CUDA region (addr is null), served by cuda_regions.cc
 };
 
 struct Shim {
@@ -155,7 +159,7 @@ int SetUpUffd(w::WpMode mode, uint64_t* granted) {
   }
   *granted = api.features;
   for (Region& r : sh.regions) {
-    if (r.flags & GM_SHIM_DMA_WRITTEN) continue;
+    if ((r.flags & GM_SHIM_DMA_WRITTEN) || r.dptr != 0) continue;
     if (!(want & UFFD_FEATURE_WP_UNPOPULATED)) {
       // Without WP_UNPOPULATED a first write to an unpopulated page does not fault.
       (void)madvise(r.addr, r.size, 23 /* MADV_POPULATE_WRITE */);
@@ -199,8 +203,19 @@ void TearDownUffd(Session& s) {
   s.uffd = -1;
 }
 
+std::vector<gpumigrate::shimcuda::RegionRef> CudaRefs() {
+  std::vector<gpumigrate::shimcuda::RegionRef> refs;
+  for (const Region& r : S().regions) refs.push_back({r.dptr, r.dptr != 0 ? r.size : 0});
+  return refs;
+}
+
+// "cuda" when the workload registered device memory, else "proc": the device spec to name.
+const char* Kind() { return gpumigrate::shimcuda::Active() ? "cuda" : "proc"; }
+
 void ZeroRegions() {
+  gpumigrate::shimcuda::ZeroAll(CudaRefs());
   for (Region& r : S().regions) {
+    if (r.dptr != 0) continue;
     if (r.memfd >= 0) {
       if (fallocate(r.memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(r.size)) == 0) continue;
     }
@@ -255,11 +270,11 @@ int HandleHello(Session& s, const std::vector<std::byte>& payload) {
     const Region& r = sh.regions[i];
     w::RegionDesc d;
     std::snprintf(d.name, sizeof(d.name), "%s", r.name.c_str());
-    d.addr = reinterpret_cast<uint64_t>(r.addr);
+    d.addr = r.dptr != 0 ? r.dptr : reinterpret_cast<uint64_t>(r.addr);
     d.size = r.size;
-    d.page_size = static_cast<uint32_t>(PageSize());
+    d.page_size = static_cast<uint32_t>(r.dptr != 0 ? gpumigrate::cuda::kHashMinPage : PageSize());
     d.hint = r.hint;
-    d.flags = r.flags;
+    d.flags = r.flags | (r.dptr != 0 ? w::kRegionCuda : 0u);
     d.registered = r.registered ? 1 : 0;
     if (r.memfd >= 0) {
       d.flags |= w::kRegionMemfd;
@@ -279,27 +294,53 @@ int HandleHello(Session& s, const std::vector<std::byte>& payload) {
   return Reply(s, w::Msg::kHello, out, fds);
 }
 
+// Source: waits for the workload to leave its write section (5 s at most), then
+// for the GPU work it queued, so the final sync sees everything. `lk` holds sh.mu.
+int Pause(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  sh.paused = true;
+  if (!sh.cv.wait_for(lk, kPauseTimeout, [&] { return sh.active == 0; })) {
+    sh.paused = false;
+    sh.cv.notify_all();
+    lk.unlock();
+    return ReplyError(s, w::Msg::kPause, ETIMEDOUT,
+                      "the workload did not leave its write section (gm_shim_enter/leave) within 5 s");
+  }
+  lk.unlock();
+  if (std::string e = gpumigrate::shimcuda::Synchronize(); !e.empty()) {
+    lk.lock();
+    sh.paused = false;
+    sh.cv.notify_all();
+    lk.unlock();
+    return ReplyError(s, w::Msg::kPause, EIO, "the workload paused, but " + e);
+  }
+  return Reply(s, w::Msg::kPause);
+}
+
+// CUDA requests (cuda_regions.cc). Regions do not change while serving: no lock
+// across the device work.
+int HandleCuda(Session& s, w::Msg type, std::span<const std::byte> payload) {
+  Shim& sh = S();
+  bool writable = false;
+  {
+    std::lock_guard lk(sh.mu);
+    writable = s.role == w::Role::kDestination && !sh.adopted;
+  }
+  return gpumigrate::shimcuda::Handle(s.sock, type, writable, payload, CudaRefs());
+}
+
 int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
   Shim& sh = S();
   auto type = static_cast<w::Msg>(h.type);
   if (type == w::Msg::kHello) return HandleHello(s, payload);
   if (!s.hello) return ReplyError(s, type, EPROTO, "hello first");
   const bool src = s.role == w::Role::kSource;
+  if (type >= w::Msg::kCudaInfo && type <= w::Msg::kCudaHash) return HandleCuda(s, type, payload);
   std::unique_lock lk(sh.mu);
   switch (type) {
-    case w::Msg::kPause: {
+    case w::Msg::kPause:
       if (!src) break;
-      sh.paused = true;
-      if (!sh.cv.wait_for(lk, kPauseTimeout, [&] { return sh.active == 0; })) {
-        sh.paused = false;
-        sh.cv.notify_all();
-        lk.unlock();
-        return ReplyError(s, type, ETIMEDOUT,
-                          "the workload did not leave its write section (gm_shim_enter/leave) within 5 s");
-      }
-      lk.unlock();
-      return Reply(s, type);
-    }
+      return Pause(s, lk);
     case w::Msg::kResume:
       if (!src) break;
       if (sh.released) {
@@ -357,6 +398,10 @@ int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
       return Reply(s, type);
     case w::Msg::kStart:
       if (src) break;
+      if (std::string e = gpumigrate::shimcuda::Synchronize(); !e.empty()) {
+        lk.unlock();
+        return ReplyError(s, type, EIO, "before adopting: " + e);
+      }
       sh.adopted = true;
       sh.cv.notify_all();
       lk.unlock();
@@ -393,8 +438,8 @@ void EndSession(Session& s) {
       Log("gpumigrate went away before the switchover passed STOP: the workload resumes");
     } else if (sh.held && !sh.released) {
       Log("gpumigrate went away after the switchover passed STOP: the workload stays paused (in doubt) until "
-          "`gpumigrate resume --device proc:%d` or `gpumigrate release --device proc:%d`",
-          static_cast<int>(getpid()), static_cast<int>(getpid()));
+          "`gpumigrate resume --device %s:%d` or `gpumigrate release --device %s:%d`",
+          Kind(), static_cast<int>(getpid()), Kind(), static_cast<int>(getpid()));
     }
   }
   if (s.role == w::Role::kDestination && s.hello && !sh.adopted) {
@@ -446,6 +491,7 @@ void ServerLoop() {
     }
     Serve(c);
   }
+  gpumigrate::shimcuda::Release();
 }
 
 int Start(bool adopt) {
@@ -534,6 +580,24 @@ GM_EXPORT int gm_shim_register(const char* name, void* addr, size_t size, uint32
   }
   if (flags & GM_SHIM_HUGEPAGE) (void)madvise(addr, size, MADV_HUGEPAGE);
   return AddRegion(Region{name, static_cast<std::byte*>(addr), size, hint, flags, -1, false});
+}
+
+GM_EXPORT int gm_shim_register_cuda(const char* name, unsigned long long dptr, size_t size, uint32_t hint,
+                                    uint32_t flags) {
+  constexpr size_t kGrain = gpumigrate::cuda::kHashMinPage;
+  if (name == nullptr || *name == '\0' || dptr == 0 || size == 0) {
+    return Fail(EINVAL, "gm_shim_register_cuda needs a name, a device pointer and a size");
+  }
+  if (dptr % 256 != 0 || size % kGrain != 0) {
+    return Fail(EINVAL, "CUDA region '%s': the pointer must be 256-byte aligned and the size a multiple of %zu", name,
+                kGrain);
+  }
+  std::string why;
+  if (int e = gpumigrate::shimcuda::Register(dptr, size, &why); e != 0) {
+    return Fail(-e, "CUDA region '%s': %s", name, why.c_str());
+  }
+  Region r{name, nullptr, size, hint, flags, -1, false, dptr};
+  return AddRegion(std::move(r));
 }
 
 GM_EXPORT int gm_shim_set_state(gm_shim_save_fn save, void* ctx, size_t size_hint) {
@@ -632,4 +696,5 @@ GM_EXPORT void gm_shim_shutdown(void) {
   sh.loaded.clear();
   sh.save = nullptr;
   sh.cv.notify_all();
+  gpumigrate::shimcuda::Reset();
 }

@@ -9,8 +9,15 @@ namespace gpumigrate {
 
 Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
   OpenedDevice d;
-  if (spec.rfind("proc:", 0) == 0) {
-    GM_ASSIGN_OR_RETURN(ProcSpec ps, ParseProcSpec(spec));
+  const bool cuda = spec.rfind("cuda:", 0) == 0;
+  if (spec.rfind("proc:", 0) == 0 || cuda) {
+    ProcSpec ps;
+    if (cuda) {
+      GM_ASSIGN_OR_RETURN(CudaSpec cs, ParseCudaSpec(spec));
+      ps = ProcSpecForCuda(cs);
+    } else {
+      GM_ASSIGN_OR_RETURN(ps, ParseProcSpec(spec));
+    }
     GM_ASSIGN_OR_RETURN(auto dev, ProcDevice::Connect(ps, source ? ProcRole::kSource : ProcRole::kDestination));
     if (source && dev->State() != DeviceState::kRunning) {
       return FailedPrecondition(fmt::format(
@@ -29,7 +36,8 @@ Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
     return d;
   }
   if (spec.rfind("sim", 0) != 0) {
-    return InvalidArgument(fmt::format("device '{}' is not supported: use sim:..., proc:PID or vfio:PATH", spec));
+    return InvalidArgument(
+        fmt::format("device '{}' is not supported: use sim:..., proc:PID, cuda:PID or vfio:PATH", spec));
   }
   GM_ASSIGN_OR_RETURN(SimSpec ss, ParseSimSpec(spec));
   GM_ASSIGN_OR_RETURN(auto dev, SimDevice::Create(ss, source ? SimRole::kSource : SimRole::kDestination));

@@ -1,5 +1,6 @@
 // Opens the device a spec names (the CLI contract's device specs): sim:... (simulated in this process) or
-// proc:PID (a live process linked with libgpumigrate_shim) or vfio:PATH (a VFIO migration v2 device).
+// proc:PID (a live process linked with libgpumigrate_shim), cuda:PID (its CUDA device memory; a proc device
+// too) or vfio:PATH (a VFIO migration v2 device).
 #pragma once
 
 #include <memory>
@@ -15,7 +16,7 @@ namespace gpumigrate {
 struct OpenedDevice {
   std::unique_ptr<Device> device;
   SimDevice* sim = nullptr;    // set when it is a sim device
-  ProcDevice* proc = nullptr;  // set when it is a proc device
+  ProcDevice* proc = nullptr;  // set when it is a proc or cuda device
 };
 
 // A source must be RUNNING (a proc source held from an earlier migration is refused

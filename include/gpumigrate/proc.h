@@ -24,6 +24,7 @@
 #include <string>
 #include <string_view>
 
+#include "gpumigrate/cuda.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
 
@@ -36,8 +37,15 @@ struct ProcSpec {
   int pid = 0;
   ProcTracking tracker = ProcTracking::kAuto;
   uint32_t page_size = 0;  // 0: the system page size; else a multiple of it
+  // CUDA regions (gm_shim_register_cuda; see gpumigrate/cuda.h).
+  bool cuda = false;  // opened as cuda:PID: the process must have CUDA regions
+  uint32_t cuda_page_size = kCudaDefaultPageSize;
+  CudaHash cuda_hash = CudaHash::kAuto;
   std::string ToString() const;
 };
+
+// The proc device behind a cuda:PID spec.
+ProcSpec ProcSpecForCuda(const CudaSpec& c);
 
 // "proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash][,page=SIZE]".
 Result<ProcSpec> ParseProcSpec(std::string_view text);
@@ -52,7 +60,8 @@ class ProcDevice : public Device {
                                                      std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
   virtual int pid() const = 0;
-  // The tracker in use ("pagemap-scan", "sync-wp", "hash", or a '+'-joined mix)
+  // The tracker in use ("pagemap-scan", "sync-wp", "hash", "gpu-hash",
+  // "host-hash", or a '+'-joined mix)
   // and why it was chosen, in words. Empty on a destination.
   virtual std::string TrackerName() const = 0;
   virtual std::string TrackerReason() const = 0;

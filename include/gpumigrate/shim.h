@@ -23,6 +23,18 @@
  * until a gpumigrate says resume or release. gm_shim_released() turns 1 when the
  * workload has moved: the program should then exit without touching its regions.
  *
+ * CUDA device memory: gm_shim_register_cuda() exposes a device allocation
+ * (cuMemAlloc / cudaMalloc). The shim loads the driver API itself (the library
+ * the application loaded: $GPUMIGRATE_LIBCUDA, else libcuda.so.1) and works in
+ * the context that is current on the thread of the first gm_shim_register_cuda
+ * call (the primary context of device 0 when none is). gpumigrate (`cuda:PID`)
+ * finds changed pages by hashing them on the GPU (the embedded gm_hash_pages
+ * kernel; on the host from staged pages when no kernel can be loaded) and copies
+ * pages through pinned staging memory; at the switchover the shim pauses the
+ * workload at gm_shim_leave and waits for its queued GPU work (cuCtxSynchronize),
+ * so kernels that write the regions must be launched inside gm_shim_enter/leave.
+ * Call gm_shim_shutdown() before destroying the context.
+ *
  * A destination process creates the same regions, calls gm_shim_start_adopt() and
  * waits in gm_shim_wait_adopt(): gpumigrate fills the regions, then hands over the
  * state blob and lets it run.
@@ -59,6 +71,12 @@ void* gm_shim_alloc(const char* name, size_t size, uint32_t hint, uint32_t flags
 /* Registers memory the program mapped itself (private anonymous; page aligned).
  * The mapping must outlive the shim. */
 int gm_shim_register(const char* name, void* addr, size_t size, uint32_t hint, uint32_t flags);
+
+/* Registers `size` bytes of CUDA device memory at device pointer `dptr` (256-byte
+ * aligned; size a multiple of 2 KiB) as a region. Call it with the application's
+ * context current; the allocation must outlive the shim. Fails (-ENODEV) when the
+ * driver cannot be loaded, -EFAULT when the context cannot read the range. */
+int gm_shim_register_cuda(const char* name, unsigned long long dptr, size_t size, uint32_t hint, uint32_t flags);
 
 /* Called (from the shim's thread, with the workload paused) to save the
  * application's non-memory state: returns a malloc()ed blob in *blob and its

@@ -93,6 +93,10 @@ std::string LoadDriver(unsigned needs, LoadedDriver* out) {
                 ? " (the checkpoint API needs driver 570 / CUDA 12.8 or newer)"
                 : "");
   }
+  if (needs & kNeedMemory) {
+    std::string optional;
+    (void)Resolve(h, a.cuCtxGetCurrent, {"cuCtxGetCurrent"}, &optional);
+  }
   int v = 0;
   const CUresult r = a.cuDriverGetVersion(&v);
   if (r != CUDA_SUCCESS) {

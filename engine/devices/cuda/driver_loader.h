@@ -40,6 +40,9 @@ struct DriverApi {
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice dev) = nullptr;
   CUresult (*cuCtxSetCurrent)(CUcontext ctx) = nullptr;
   CUresult (*cuCtxSynchronize)() = nullptr;
+  // Optional (resolved with kNeedMemory when the driver has it; nullptr otherwise):
+  // the shim records the application's current context with it.
+  CUresult (*cuCtxGetCurrent)(CUcontext* ctx) = nullptr;
   CUresult (*cuMemAlloc)(CUdeviceptr* dptr, size_t bytes) = nullptr;
   CUresult (*cuMemFree)(CUdeviceptr dptr) = nullptr;
   CUresult (*cuMemGetInfo)(size_t* free_bytes, size_t* total_bytes) = nullptr;

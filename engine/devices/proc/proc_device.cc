@@ -1,4 +1,6 @@
-// The proc device: a live process's regions, reached through its shim.
+// The proc device: a live process's regions, reached through its shim. CUDA
+// regions (gpumigrate/cuda.h) are read and written through the shim's staging
+// (cuda_staging.h) and tracked by page digests (cuda/digest_tracker.h).
 #include <fcntl.h>
 #include <linux/falloc.h>
 #include <signal.h>
@@ -15,6 +17,9 @@
 
 #include <fmt/format.h>
 
+#include "engine/devices/cuda/digest_tracker.h"
+#include "engine/devices/cuda/page_hash.h"
+#include "engine/devices/proc/cuda_staging.h"
 #include "engine/devices/proc/shim_protocol.h"
 #include "engine/devices/proc/trackers.h"
 #include "gpumigrate/proc.h"
@@ -27,12 +32,15 @@ namespace w = shimwire;
 
 constexpr int kReplyTimeoutMs = 10000;
 constexpr int kPauseTimeoutMs = 8000;  // the shim gives the workload 5 s
+constexpr int kHashTimeoutMs = 60000;  // one digest request: at most kHashRequestBytes hashed
+constexpr uint64_t kHashRequestBytes = 256u << 20;
 
 struct Region {
   RegionInfo info;
   w::RegionDesc desc;
   int memfd = -1;
   std::byte* map = nullptr;
+  bool cuda = false;  // device memory: through staging_
 };
 
 class ProcDeviceImpl : public ProcDevice {
@@ -55,7 +63,10 @@ class ProcDeviceImpl : public ProcDevice {
   }
 
   Status Init(std::chrono::milliseconds timeout) {
-    if (role_ == ProcRole::kDestination) return Hello(w::WpMode::kNone, timeout);
+    if (role_ == ProcRole::kDestination) {
+      GM_RETURN_IF_ERROR(Hello(w::WpMode::kNone, timeout));
+      return OpenCuda();
+    }
     proc::KernelTracking k = proc::ProbeKernelTracking();
     std::vector<w::WpMode> modes;
     switch (spec_.tracker) {
@@ -96,6 +107,7 @@ class ProcDeviceImpl : public ProcDevice {
       reason_ += fmt::format("; {}: falling back", st.message());
     }
     GM_RETURN_IF_ERROR(st);
+    GM_RETURN_IF_ERROR(OpenCuda());
     return MakeTracker();
   }
 
@@ -115,8 +127,8 @@ class ProcDeviceImpl : public ProcDevice {
   std::string Describe() const override {
     uint64_t total = 0;
     for (const Region& r : regions_) total += r.info.size_bytes;
-    std::string s = fmt::format("proc:{} ({} region{}, {})", spec_.pid, regions_.size(), regions_.size() == 1 ? "" : "s",
-                                FormatBytes(static_cast<double>(total)));
+    std::string s = fmt::format("{}:{} ({} region{}, {})", spec_.cuda ? "cuda" : "proc", spec_.pid, regions_.size(),
+                                regions_.size() == 1 ? "" : "s", FormatBytes(static_cast<double>(total)));
     if (tracker_) s += fmt::format(", tracker {}", tracker_->Name());
     return s;
   }
@@ -168,6 +180,7 @@ class ProcDeviceImpl : public ProcDevice {
 
   Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) override {
     GM_ASSIGN_OR_RETURN(Region * r, Check(region, offset, out.size(), "read"));
+    if (r->cuda) return staging_->Read(region, offset, out);
     if (r->map != nullptr) {
       std::memcpy(out.data(), r->map + offset, out.size());
       return Status::Ok();
@@ -184,6 +197,7 @@ class ProcDeviceImpl : public ProcDevice {
       return FailedPrecondition("proc device: writes need a destination in RESUMING");
     }
     GM_ASSIGN_OR_RETURN(Region * r, Check(region, offset, in.size(), "write"));
+    if (r->cuda) return staging_->Write(region, offset, in);
     if (r->map != nullptr) {
       std::memcpy(r->map + offset, in.data(), in.size());
       return Status::Ok();
@@ -200,6 +214,7 @@ class ProcDeviceImpl : public ProcDevice {
       return FailedPrecondition("proc device: writes need a destination in RESUMING");
     }
     GM_ASSIGN_OR_RETURN(Region * r, Check(region, offset, length, "write"));
+    if (r->cuda) return staging_->Zero(region, offset, length);
     if (r->memfd >= 0 &&
         fallocate(r->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
                   static_cast<off_t>(length)) == 0) {
@@ -277,7 +292,14 @@ class ProcDeviceImpl : public ProcDevice {
       r.info.size_bytes = r.desc.size;
       r.info.page_size = spec_.page_size != 0 ? spec_.page_size : std::max(r.desc.page_size, sys_page);
       r.info.hint = r.desc.hint == 1 ? RegionHint::kStatic : r.desc.hint == 2 ? RegionHint::kDynamic : RegionHint::kUnknown;
-      if (r.info.page_size % sys_page != 0) {
+      r.cuda = (r.desc.flags & w::kRegionCuda) != 0;
+      if (r.cuda) r.info.page_size = spec_.cuda_page_size;
+      if (r.cuda && (r.info.page_size % cuda::kHashMinPage != 0 || r.desc.size % cuda::kHashMinPage != 0)) {
+        close_fds();
+        return InvalidArgument(fmt::format("CUDA region '{}': page {} and size {} must be multiples of {}", r.info.name,
+                                           r.info.page_size, r.desc.size, cuda::kHashMinPage));
+      }
+      if (!r.cuda && r.info.page_size % sys_page != 0) {
         close_fds();
         return InvalidArgument(fmt::format("page={} is not a multiple of the system page ({})", r.info.page_size, sys_page));
       }
@@ -315,10 +337,49 @@ class ProcDeviceImpl : public ProcDevice {
     return Status::Ok();
   }
 
+  // Sets up the staging of CUDA regions, if the process has any.
+  Status OpenCuda() {
+    const bool any = std::any_of(regions_.begin(), regions_.end(), [](const Region& r) { return r.cuda; });
+    if (!any) {
+      if (!spec_.cuda) return Status::Ok();
+      return FailedPrecondition(fmt::format(
+          "process {} registered no CUDA regions (gm_shim_register_cuda): it is a host workload, use proc:{}",
+          spec_.pid, spec_.pid));
+    }
+    const auto mode = spec_.cuda_hash == CudaHash::kGpu    ? w::CudaHashMode::kGpu
+                      : spec_.cuda_hash == CudaHash::kHost ? w::CudaHashMode::kHost
+                                                           : w::CudaHashMode::kAuto;
+    auto call = [this](w::Msg t, std::span<const std::byte> p, std::vector<int>* fds) {
+      return Request(t, p, t == w::Msg::kCudaHash ? kHashTimeoutMs : kReplyTimeoutMs, fds);
+    };
+    GM_ASSIGN_OR_RETURN(staging_, proc::CudaStaging::Open(call, mode));
+    return Status::Ok();
+  }
+
+  std::unique_ptr<DirtyTracker> MakeCudaTracker() {
+    std::vector<cuda::DigestRegion> regions;
+    uint64_t max_pages = w::kMaxHashPages;
+    for (const Region& r : regions_) {
+      if (!r.cuda) continue;
+      regions.push_back({r.info.id, r.desc.size, r.info.page_size});
+      max_pages = std::min<uint64_t>(max_pages, std::max<uint64_t>(1, kHashRequestBytes / r.info.page_size));
+    }
+    auto source = [this](uint32_t region, uint32_t page_bytes, uint64_t first, std::span<uint64_t> out) {
+      return staging_->Digests(region, page_bytes, first, out);
+    };
+    return cuda::MakeDigestTracker(staging_->gpu_hash() ? "gpu-hash" : "host-hash", source, std::move(regions),
+                                   max_pages);
+  }
+
   Status MakeTracker() {
     std::vector<proc::TrackedRegion> by_uffd, by_hash;
+    std::vector<uint32_t> by_digest;
     std::string hashed;
     for (const Region& r : regions_) {
+      if (r.cuda) {
+        by_digest.push_back(r.info.id);
+        continue;
+      }
       proc::TrackedRegion t{r.info.id, r.desc.addr, r.desc.size, r.info.page_size};
       if (r.desc.registered != 0 && uffd_ >= 0) {
         by_uffd.push_back(t);
@@ -353,6 +414,11 @@ class ProcDeviceImpl : public ProcDevice {
                                            by_hash));
     }
     if (!hashed.empty()) reason_ += fmt::format("; hashing {} (written where page tables do not see it)", hashed);
+    if (!by_digest.empty()) {
+      const std::string note = fmt::format("CUDA regions: {}", staging_->note());
+      reason_ = parts.empty() ? note : reason_ + "; " + note;
+      parts.emplace_back(by_digest, MakeCudaTracker());
+    }
     if (parts.size() == 1) {
       tracker_ = std::move(parts[0].second);
     } else {
@@ -420,6 +486,7 @@ class ProcDeviceImpl : public ProcDevice {
   std::vector<Region> regions_;
   std::vector<RegionInfo> infos_;
   std::unique_ptr<DirtyTracker> tracker_;
+  std::unique_ptr<proc::CudaStaging> staging_;
   std::string reason_;
 };
 

@@ -19,6 +19,7 @@ std::string_view ProcTrackingName(ProcTracking t) {
 }
 
 std::string ProcSpec::ToString() const {
+  if (cuda) return CudaSpec{pid, cuda_page_size, cuda_hash}.ToString();
   std::string s = fmt::format("proc:{}", pid);
   if (tracker != ProcTracking::kAuto) s += fmt::format(",tracker={}", ProcTrackingName(tracker));
   if (page_size != 0) s += fmt::format(",page={}", page_size);

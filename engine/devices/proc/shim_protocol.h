@@ -3,6 +3,22 @@
 // Every message is a 16-byte header and `len` payload bytes; file descriptors
 // (memfds, the userfaultfd) ride on the reply header as SCM_RIGHTS. Both ends are
 // built from this one file, so the layout is not versioned beyond kShimAbi.
+//
+// CUDA regions (gm_shim_register_cuda) live in device memory the engine cannot
+// map; the shim moves their bytes through a staging memfd it shares with the
+// engine (pinned with cuMemHostRegister inside the workload):
+//
+//   engine                                   shim (workload's CUDA context)
+//   Hello ──────────────────────────────────▶ layout (CUDA regions flagged)
+//   CudaInfo ───────────────────────────────▶ CudaInfoReply + staging memfd
+//   CudaHash(region, pages) ────────────────▶ gm_hash_pages kernel (or host
+//                         ◀──────────────── digests   hashing of staged pages)
+//   CudaRead(region, off, len, slot) ───────▶ cuMemcpyDtoH into slot
+//                         ◀──────────────── ok: bytes are in the slot
+//   CudaWrite(region, off, len, slot) ──────▶ cuMemcpyHtoD from slot (destination)
+//   CudaZero(region, off, len) ─────────────▶ cuMemsetD32 / HtoD of zeros (destination)
+//   Pause ──────────────────────────────────▶ workload out of its write section,
+//                                             then cuCtxSynchronize
 #pragma once
 
 #include <cstddef>
@@ -14,7 +30,7 @@
 namespace gpumigrate::shimwire {
 
 inline constexpr uint32_t kMagic = 0x48534d47;  // "GMSH"
-inline constexpr uint32_t kShimAbi = 1;
+inline constexpr uint32_t kShimAbi = 2;
 inline constexpr uint32_t kMaxPayload = 1u << 30;
 inline constexpr int kMaxFds = 64;
 
@@ -29,6 +45,11 @@ enum class Msg : uint16_t {
   kStart = 8,     // destination: the regions are filled; adopt and run
   kDiscard = 9,   // destination: zero the regions, keep waiting
   kBye = 10,
+  kCudaInfo = 11,   // engine: CudaInfoReq   shim: CudaInfoReply + the staging memfd
+  kCudaRead = 12,   // engine: CudaXfer      shim: device bytes now in the slot
+  kCudaWrite = 13,  // engine: CudaXfer      shim: the slot's bytes now on the device (destination)
+  kCudaZero = 14,   // engine: CudaXfer      shim: the range zeroed (destination; slot unused)
+  kCudaHash = 15,   // engine: CudaHashReq   shim: uint64 digest per page (page_hash.h)
 };
 
 enum class Role : uint32_t { kSource = 1, kDestination = 2 };
@@ -51,6 +72,7 @@ struct HelloReq {
 };
 
 inline constexpr uint32_t kRegionMemfd = 1u << 16;  // shim-internal: fd_index is valid
+inline constexpr uint32_t kRegionCuda = 1u << 17;   // device memory: addr is a CUdeviceptr
 
 struct RegionDesc {
   char name[48] = {};
@@ -75,6 +97,40 @@ struct LayoutHead {
   uint32_t paused = 0;          // the workload is paused (a previous session's switchover)
   uint32_t held = 0;            // ... and held past STOP: in doubt until resumed or released
 };
+
+enum class CudaHashMode : uint32_t { kAuto = 0, kGpu = 1, kHost = 2 };
+
+struct CudaInfoReq {
+  uint32_t hash_mode = 0;  // CudaHashMode: kGpu fails the reply when no kernel can be loaded
+  uint32_t reserved = 0;
+};
+
+struct CudaInfoReply {
+  uint64_t staging_bytes = 0;  // size of the staging memfd sent with the reply
+  uint64_t slot_bytes = 0;     // staging_bytes / slots: the most one CudaRead/CudaWrite moves
+  uint32_t slots = 0;
+  uint32_t gpu_hash = 0;       // 1: CudaHash runs the gm_hash_pages kernel; 0: host hashing
+  uint32_t pinned = 0;         // 1: the staging memory is registered with cuMemHostRegister
+  int32_t driver_version = 0;  // cuDriverGetVersion
+  char note[208] = {};         // why the kernel is not used, or how hashing runs, in words
+};
+static_assert(sizeof(CudaInfoReply) == 240);
+
+struct CudaXfer {
+  uint32_t region = 0;  // index in the layout
+  uint32_t slot = 0;
+  uint64_t offset = 0;
+  uint64_t len = 0;
+};
+
+struct CudaHashReq {
+  uint32_t region = 0;
+  uint32_t reserved = 0;
+  uint64_t page_bytes = 0;  // a multiple of kHashMinPage; the last page may be shorter
+  uint64_t first_page = 0;
+  uint64_t pages = 0;       // at most kMaxHashPages
+};
+inline constexpr uint64_t kMaxHashPages = 1u << 16;
 
 // "$GPUMIGRATE_SHIM_DIR/gpumigrate-shim.PID.sock" (default dir /tmp).
 std::string ShimSocketPath(int pid);
