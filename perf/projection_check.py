@@ -89,7 +89,7 @@ def migrate(size, streams, bandwidth=None):
         except subprocess.TimeoutExpired:
             p.kill()
     if r.returncode != 0:
-        raise RuntimeError(f"migrate {size} x{streams}: {r.stderr[-2000:]}")
+        raise RuntimeError(f"migrate {size} x{streams} exited {r.returncode}: {r.stdout[-1500:]} {r.stderr[-1500:]}")
     return json.loads(r.stdout)
 
 
