@@ -25,6 +25,7 @@ constexpr int kServiceRecheckMs = 100;
 
 std::atomic<SharedState*> g_shared{nullptr};
 std::string* g_path = nullptr;  // for the unlink at exit
+pid_t g_owner = 0;  // the process that published the file: only it unlinks it
 
 const char* CallName(Op op) {
   switch (op) {
@@ -131,17 +132,15 @@ void StartService() {
     return;
   }
   g_path = new std::string(path);
+  g_owner = getpid();
   std::atexit([] {
-    if (g_path != nullptr) unlink(g_path->c_str());
+    if (g_path != nullptr && g_owner == getpid()) unlink(g_path->c_str());
   });
   // A child forked after cuInit has no service thread and is not the process the
   // file names: it must neither publish into the parent's file nor unlink it.
   static std::once_flag once;
   std::call_once(once, [] {
-    pthread_atfork(nullptr, nullptr, [] {
-      g_shared.store(nullptr);
-      g_path = nullptr;
-    });
+    pthread_atfork(nullptr, nullptr, [] { g_shared.store(nullptr); });  // g_owner is the parent's pid
   });
 }
 
