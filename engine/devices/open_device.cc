@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/devices/vfio/kernel.h"
+#include "gpumigrate/shm.h"
 #include "gpumigrate/vfio.h"
 
 namespace gpumigrate {
@@ -35,9 +36,16 @@ Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
                         OpenVfioDevice(vs, source ? DeviceRole::kSource : DeviceRole::kDestination, vfio::RealKernel()));
     return d;
   }
+  if (spec.rfind("shm:", 0) == 0) {
+    GM_ASSIGN_OR_RETURN(ShmSpec hs, ParseShmSpec(spec));
+    GM_ASSIGN_OR_RETURN(auto dev, ShmDevice::Open(hs, source ? DeviceRole::kSource : DeviceRole::kDestination));
+    d.shm = dev.get();
+    d.device = std::move(dev);
+    return d;
+  }
   if (spec.rfind("sim", 0) != 0) {
     return InvalidArgument(
-        fmt::format("device '{}' is not supported: use sim:..., proc:PID, cuda:PID or vfio:PATH", spec));
+        fmt::format("device '{}' is not supported: use sim:..., proc:PID, cuda:PID, vfio:PATH or shm:PATH", spec));
   }
   GM_ASSIGN_OR_RETURN(SimSpec ss, ParseSimSpec(spec));
   GM_ASSIGN_OR_RETURN(auto dev, SimDevice::Create(ss, source ? SimRole::kSource : SimRole::kDestination));

@@ -284,7 +284,7 @@ Status Destination::Start() {
       [this](const wire::FrameHeader& h, std::span<const std::byte> raw) { return Apply(h, raw); }, &box_);
   receiver_->Start();
   v1::Envelope ready;
-  ready.mutable_ready();
+  ready.mutable_ready()->set_setup_note(dev_.SetupNote());
   return wire::SendEnvelope(*streams_.control, ready);
 }
 

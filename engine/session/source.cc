@@ -236,8 +236,8 @@ Status Source::Handshake() {
   }
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
   GM_ASSIGN_OR_RETURN(v1::Envelope ready, Await(v1::Envelope::kReady, "Ready"));
-  (void)ready;
-  return Status::Ok();
+  if (ready.ready().setup_note().size() > 4096) return Corrupt("Ready: the destination's setup note exceeds 4 KiB");
+  return dev_.SetPeerSetupNote(ready.ready().setup_note()).WithContext("device setup");
 }
 
 void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t done, bool force) {
@@ -582,6 +582,10 @@ Status Source::PreCopy() {
     dirty_history.push_back(dirty);
     report_.bandwidth_bytes_per_s = MeasuredBandwidth(report_.rounds);
     GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size())));
+    if (decision_.decision == Decision::kContinue && opt_.switch_now && opt_.switch_now()) {
+      decision_.decision = Decision::kSwitchover;
+      decision_.reason = "the workload stopped on its own: switching over at once";
+    }
     if (decision_.decision != Decision::kContinue) {
       report_.predicted_stun_ms = decision_.predicted_stun_ms;
       report_.switchover_reason = decision_.reason;

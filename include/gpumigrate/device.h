@@ -128,6 +128,15 @@ class Device {
   // once the migration has ended (kCompleted: RUNNING here; kAborted: the
   // device discarded what it received; kInDoubt: it holds the verified state, stopped).
   virtual Status LoadSetup() { return Status::Ok(); }
+  // Words the destination device hands the source device through the session
+  // (asked once LoadSetup has run, carried in Ready, given to the source's
+  // SetPeerSetupNote just before SaveSetup): the QEMU hook sends QEMU's incoming
+  // migration URI this way. Empty by default; at most 4 KiB.
+  virtual std::string SetupNote() const { return {}; }
+  virtual Status SetPeerSetupNote(std::string_view note) {
+    (void)note;
+    return Status::Ok();
+  }
   virtual Status LoadCleanup(Outcome outcome) {
     (void)outcome;
     return Status::Ok();

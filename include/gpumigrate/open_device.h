@@ -1,6 +1,6 @@
 // Opens the device a spec names (the CLI contract's device specs): sim:... (simulated in this process) or
 // proc:PID (a live process linked with libgpumigrate_shim), cuda:PID (its CUDA device memory; a proc device
-// too) or vfio:PATH (a VFIO migration v2 device).
+// too), vfio:PATH (a VFIO migration v2 device) or shm:PATH (a QEMU guest's shared device memory file).
 #pragma once
 
 #include <memory>
@@ -8,6 +8,7 @@
 
 #include "gpumigrate/device.h"
 #include "gpumigrate/proc.h"
+#include "gpumigrate/shm.h"
 #include "gpumigrate/sim.h"
 #include "gpumigrate/status.h"
 
@@ -17,6 +18,7 @@ struct OpenedDevice {
   std::unique_ptr<Device> device;
   SimDevice* sim = nullptr;    // set when it is a sim device
   ProcDevice* proc = nullptr;  // set when it is a proc or cuda device
+  ShmDevice* shm = nullptr;    // set when it is an shm device
 };
 
 // A source must be RUNNING (a proc source held from an earlier migration is refused

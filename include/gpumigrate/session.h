@@ -115,6 +115,9 @@ struct SourceOptions {
   const std::atomic<bool>* cancel = nullptr;         // set to abort (Ctrl-C); borrowed
   std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
   std::function<void(Phase, uint32_t round)> on_phase;
+  // Asked after each pre-copy round; true switches over at once, whatever the
+  // rule says (the QEMU hook: QEMU paused the guest for the switchover by itself).
+  std::function<bool()> switch_now;
   Clock* clock = nullptr;                            // timeouts and measurements; nullptr: SystemClock(). Borrowed
   // Stop the device at once and copy everything during the stun (no pre-copy).
   bool stop_and_copy = false;

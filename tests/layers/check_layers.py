@@ -21,7 +21,7 @@ PUBLIC_HEADERS = {
     "codec.h": "codec",
     "switchover.h": "policy",
     "outcome.h": "devices",
-    "device.h": "devices", "open_device.h": "devices", "dirty_tracker.h": "devices", "sim.h": "devices", "proc.h": "devices", "cuda.h": "devices", "vfio.h": "devices",
+    "device.h": "devices", "open_device.h": "devices", "dirty_tracker.h": "devices", "sim.h": "devices", "proc.h": "devices", "cuda.h": "devices", "vfio.h": "devices", "shm.h": "devices",
     "iommu_tracking.h": "devices", "cuda_checkpoint.h": "devices",
     "session.h": "session", "report.h": "session", "local_migration.h": "session",
     "estimator.h": "estimator", "calibration.h": "estimator", "projection.h": "estimator",
