@@ -91,7 +91,8 @@ def run(scenario, guest_elf, workdir):
             ram_total = info.get("ram", {}).get("total", 0)
             check("device memory stayed out of QEMU's stream (ram.total < RAM + device)",
                   ram_total < (p.ram_mb + p.dev_mb) * h.MIB, f"ram.total {ram_total}")
-            print(f"source: total-time {info.get('total-time')} ms, downtime {info.get('downtime')} ms, ram.total {ram_total}")
+            print(f"source: total-time {info.get('total-time')} ms, downtime {info.get('downtime')} ms, ram.total {ram_total}, "
+                  f"dirty-sync-count {info.get('ram', {}).get('dirty-sync-count')}")
             check("source postmigrate", src.qmp.execute("query-status")["status"] == "postmigrate")
             check("destination paused (-S)", dst.qmp.execute("query-status")["status"] == "paused")
             dst.qmp.execute("cont")

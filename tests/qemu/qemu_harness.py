@@ -36,6 +36,10 @@ Python API (import this file; see baseline_test.py):
       p.src.wait_pass(3, timeout_s=20)                # -> {"pass": n, "ram_bad": x, "dev_bad": y, "ticks": t}
       p.src.passes()                                  # every pass line so far, as such dicts
       copy_device(p.src.dev_path, p.dst.dev_path)     # in place, never truncating the mapped file
+      p.src.disconnect()                              # before another QMP client (gpumigrate) connects
+      p.cmdline("src"), p.describe()                  # argv; everything as the CLI's pair.json
+  install_cleanup_on_signals()                        # SIGTERM/SIGHUP/SIGINT unwind the with-block
+  Qmp(socket_path) alone: execute(), wait_event(name, pred, timeout_s), events (queued), close()
   # leaving the block (or an exception, SIGTERM, exit) kills both QEMUs and removes
   # their /dev/shm files and sockets.
 
@@ -289,6 +293,13 @@ class Guest:
             self._qmp = Qmp(self.qmp_path)
         return self._qmp
 
+    def disconnect(self):
+        """Drops this harness's QMP connection: QEMU serves one QMP client at a
+        time, so do this before another program (the gpumigrate CLI) connects."""
+        if self._qmp:
+            self._qmp.close()
+            self._qmp = None
+
     def console_text(self):
         try:
             with open(self.console, errors="replace") as f:
@@ -335,9 +346,7 @@ class Guest:
             return ""
 
     def close(self):
-        if self._qmp:
-            self._qmp.close()
-            self._qmp = None
+        self.disconnect()
         if self.proc is not None:
             if self.proc.poll() is None:
                 self.proc.kill()
