@@ -70,7 +70,7 @@ int Usage(const char* cmd, const Status& s) {
 CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
   auto* c = app.add_subcommand("migrate",
                                "Live-migrate a device to a `gpumigrate receive` on another host (or process) over TCP.");
-  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim, cuda:PID[,page=SIZE][,hash=auto|gpu|host] for the CUDA device memory such a process registered, or vfio:/dev/vfio/devices/vfioN for a device with VFIO migration v2")
+  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim, cuda:PID[,page=SIZE][,hash=auto|gpu|host] for the CUDA device memory such a process registered, or vfio:/dev/vfio/devices/vfioN for a device with VFIO migration v2, or shm:PATH[,page=SIZE] for a QEMU guest's device memory (with --qemu)")
       ->capture_default_str();
   c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
   AddSourceFlags(c, f.src);
@@ -80,6 +80,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
               "Probe: estimate first, then pre-copy to the receiver until the switchover decision and abort cleanly "
               "(the source never stops, the receiver discards); report measured vs predicted");
   c->add_option("--sample", f.sample, "With --dry-run: how long the estimator observes first")->capture_default_str();
+  AddQemuSourceFlags(c, f.qemu);
   AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
   return c;
@@ -88,13 +89,14 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
 CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   auto* c = app.add_subcommand("receive", "Wait for one `gpumigrate migrate` and become the destination device.");
   c->add_option("--listen", f.listen, "ADDR:PORT to listen on (port 0: any free port, see --port-file)")->required();
-  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID or cuda:PID: a process waiting in adopt mode; vfio:PATH: a device of the same kind)")
+  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID or cuda:PID: a process waiting in adopt mode; vfio:PATH: a device of the same kind; shm:PATH: the destination QEMU's device-memory file, with --qemu)")
       ->capture_default_str();
   c->add_option("--accept-timeout", f.accept_timeout, "How long to wait for the source")->capture_default_str();
   c->add_option("--port-file", f.port_file, "Write the port actually listened on to this file");
   c->add_option("--run-after", f.run_after,
                 "After the switchover, let the workload run this long here, then pause it and self-check its memory")
       ->capture_default_str();
+  AddQemuDestinationFlags(c, f.qemu);
   AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
   return c;
@@ -113,14 +115,17 @@ MigrationReport ConnectFailed(const Status& why) {
   return r;
 }
 
-void PrintMigrateReport(const MigrateFlags& f, const MigrationReport& r, const std::string& security) {
+void PrintMigrateReport(const MigrateFlags& f, const MigrationReport& r, const std::string& security,
+                        QemuGuest* guest) {
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));
     j["security"] = security;
+    if (guest != nullptr) AddQemuToJson(*guest, j);
     Print("{}\n", j.dump());
   } else {
     PrintReport(stdout, "gpumigrate migrate", r);
     Print("  security:   {}\n", security);
+    if (guest != nullptr) PrintQemuLines(*guest, stdout);
   }
 }
 
@@ -142,10 +147,13 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.cancel = &cancel;
   o.dry_run = f.dry_run;
   o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
+  if (Status q = CheckQemuUse(f.qemu, f.device, true); !q.ok()) return Usage("migrate", q);
   auto opened = OpenDevice(f.device, true);
   if (!opened.ok()) return Usage("migrate", opened.status());
-  Device* src = opened->device.get();
   ProgressPrinter progress(stderr);
+  QemuGuest* guest = nullptr;
+  if (Status q = AttachQemu(f.qemu, *opened, true, &o, &progress, &guest); !q.ok()) return Usage("migrate", q);
+  Device* src = opened->device.get();
   progress.Note(fmt::format("source: {}, workload running", src->Describe()));
   if (opened->proc != nullptr) {
     progress.Note(fmt::format("dirty tracking: {} ({})", opened->proc->TrackerName(), opened->proc->TrackerReason()));
@@ -177,7 +185,9 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.session_id = ns->session_id;
   o.aes_key = ns->aes_key;
   o.on_progress = [&](const Progress& p) { progress.Update(p); };
-  o.on_phase = WithCrashHook(nullptr);
+  o.on_phase = WithCrashHook([guest](Phase p, uint32_t) {
+    if (p == Phase::kCompleted && guest != nullptr) guest->MarkResumed();
+  });
   MigrationReport r = RunSource(*src, ns->View(), o);
   progress.Finish();
   if (!r.source_cleanup.ok()) {
@@ -186,7 +196,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
   }
   if (!estimate) {
-    PrintMigrateReport(f, r, ns->security);
+    PrintMigrateReport(f, r, ns->security, guest);
     return ExitCodeFor(r);
   }
   if (f.json) {
@@ -200,11 +210,12 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
 namespace {
 
 void PrintReceiveReport(const ReceiveFlags& f, const MigrationReport& r, const std::string& security,
-                        const std::optional<SimResumeCheck>& check, const std::string& proc_line) {
+                        const std::optional<SimResumeCheck>& check, const std::string& proc_line, QemuGuest* guest) {
   if (f.json) {
     auto j = nlohmann::ordered_json::parse(ReportToJson(r));
     j["security"] = security;
     if (check) j["destination"] = nlohmann::ordered_json::parse(check->ToJson());
+    if (guest != nullptr) AddQemuToJson(*guest, j);
     Print("{}\n", j.dump());
     return;
   }
@@ -214,6 +225,7 @@ void PrintReceiveReport(const ReceiveFlags& f, const MigrationReport& r, const s
   Print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
   if (check) Print("{}\n", check->ToLine());
   if (!proc_line.empty()) Print("{}\n", proc_line);
+  if (guest != nullptr) PrintQemuLines(*guest, stdout);
 }
 
 }  // namespace
@@ -238,8 +250,11 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     pf.close();
     std::rename((f.port_file + ".tmp").c_str(), f.port_file.c_str());
   }
+  if (Status q = CheckQemuUse(f.qemu, f.device, false); !q.ok()) return Usage("receive", q);
   auto opened = OpenDevice(f.device, false);
   if (!opened.ok()) return Usage("receive", opened.status());
+  QemuGuest* guest = nullptr;
+  if (Status q = AttachQemu(f.qemu, *opened, false, nullptr, nullptr, &guest); !q.ok()) return Usage("receive", q);
   Device* dst = opened->device.get();
   Print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), dst->Describe(),
              tls->has_value() ? "" : " (INSECURE: no TLS)");
@@ -269,7 +284,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     proc_line = fmt::format("  destination: process {} adopted the memory and runs on (it checks its own memory)",
                             opened->proc->pid());
   }
-  PrintReceiveReport(f, r, ns->security, check, proc_line);
+  PrintReceiveReport(f, r, ns->security, check, proc_line, guest);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/qemu_hook.h"
 #include "cli/source_flags.h"
 
 namespace gpumigrate::cli {
@@ -27,6 +28,7 @@ struct MigrateFlags {
   std::string sample = "1s";
   bool dry_run = false;
   TlsFlags tls;
+  QemuFlags qemu;
   bool json = false;
 };
 
@@ -37,6 +39,7 @@ struct ReceiveFlags {
   std::string port_file;
   std::string run_after = "500ms";
   TlsFlags tls;
+  QemuFlags qemu;
   bool json = false;
 };
 

@@ -2,6 +2,7 @@
 // that queues events. The helpers for the migration hook are in qmp_commands.cc.
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -312,6 +313,14 @@ std::deque<QmpEvent> QmpClient::TakeQueuedEvents() {
   std::deque<QmpEvent> out;
   out.swap(queue_);
   return out;
+}
+
+int QmpClient::peer_pid() const {
+  if (fd_ < 0) return -1;
+  struct ucred cred {};
+  socklen_t len = sizeof(cred);
+  if (getsockopt(fd_, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.pid <= 0) return -1;
+  return cred.pid;
 }
 
 }  // namespace gpumigrate

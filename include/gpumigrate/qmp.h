@@ -121,6 +121,8 @@ class QmpClient {
   const nlohmann::json& greeting_capabilities() const { return greeting_capabilities_; }
   const std::string& socket_path() const { return path_; }
   bool connected() const { return fd_ >= 0; }
+  // The pid of the process serving the socket (SO_PEERCRED), or -1 when unknown.
+  int peer_pid() const;
 
   // Runs `command` and returns its "return" value. `arguments` is sent when it
   // is not null (it must then be an object).

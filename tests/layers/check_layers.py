@@ -27,7 +27,7 @@ PUBLIC_HEADERS = {
     "estimator.h": "estimator", "calibration.h": "estimator", "projection.h": "estimator",
     "checkpoint.h": "checkpoint",
     "planner.h": "planner",
-    "qmp.h": "qemu",
+    "qmp.h": "qemu", "qemu.h": "qemu",
     "shim.h": None,  # libgpumigrate_shim's C API, for workloads
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -1,0 +1,101 @@
+// The QEMU migration hook: a QEMU VM whose device memory lives outside QEMU's
+// own migration stream (an shm device, `x-ignore-shared`) moves with one
+// guest-visible stun. QEMU pre-copies the guest's RAM while the engine pre-copies
+// the device memory; neither switches over alone (QEMU-FACTS.md, DESIGN.md "QEMU
+// integration").
+//
+// Both ends wrap the engine's device in a QemuGuest that drives one QEMU over QMP
+// from inside the device's lifecycle, so the session runs unchanged:
+//
+//   source QemuGuest                           destination QemuGuest
+//   Attach: QEMU running; caps events,          Attach: QEMU inmigrate, started with
+//     return-path, x-ignore-shared,               -incoming defer -S (checked through
+//     pause-before-switchover; downtime-limit     the socket's peer); the same caps
+//     0 (QEMU may not switch on its own)        LoadSetup: migrate-incoming URI; the
+//   SetPeerSetupNote: the URI, from Ready         URI is the SetupNote sent in Ready
+//   SaveSetup: migrate URI (RAM pre-copy runs)
+//   switch_now(): QEMU paused by itself?
+//   STOP_COPY: downtime-limit = target, wait
+//     for pre-switchover (vCPUs stopped),
+//     device STOP_COPY, migrate-continue (the
+//     rest of RAM overlaps the final round)
+//   SaveState: wait for QEMU's "completed"
+//     (return-path: the destination loaded it)
+//                                              RUNNING (Commit): QEMU completed, the
+//                                                device runs, `cont`, RESUME event
+//   rollback (RUNNING from PRE_COPY/STOP_COPY): ERROR (discard): the device
+//     migrate_cancel, or `cont` once QEMU had    discards, then `quit` (that QEMU
+//     completed: the source guest runs on        holds a copy that must never run)
+//
+// The guest-visible stun runs from the source QEMU's STOP event to the moment
+// the source learns the destination resumed (MarkResumed, at the session's
+// kCompleted): an upper bound by one control message. QEMU's own `downtime`
+// includes the pre-switchover pause and is reported beside it.
+//
+// Only QEMU 7.2's mechanisms are used (no switchover-ack, added in 8.1): QEMU can
+// still reach pre-switchover by itself when the guest's RAM is fully sent; then
+// switch_now() tells the session to switch over at once. Under libvirt, libvirt
+// owns the pause: use scripts/libvirt/qemu instead.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gpumigrate/device.h"
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+
+struct QemuHookOptions {
+  std::string qmp_path;                                     // QEMU's -qmp unix socket
+  std::string incoming_uri;                                 // destination: QEMU listens here (tcp:IP:PORT, unix:PATH)
+  std::chrono::milliseconds command_timeout{10000};         // each QMP command
+  std::chrono::milliseconds converge_timeout{300000};       // QEMU reaching pre-switchover once released
+  std::chrono::milliseconds complete_timeout{60000};        // QEMU finishing its RAM after migrate-continue
+  std::chrono::milliseconds downtime_target{300};           // QEMU's downtime-limit once the engine says go
+  double max_bandwidth_bytes_per_s = 0;                     // QEMU's max-bandwidth; 0: uncapped (its default is 128 MiB/s)
+  bool require_paused_start = true;                         // destination: refuse a QEMU started without -S
+  std::function<void(std::string_view)> note;               // progress lines (stderr in the CLI)
+};
+
+// What QEMU reported, for the migration report's `qemu` object.
+struct QemuFigures {
+  std::string side;             // "source" or "destination"
+  std::string qemu_version;
+  std::string migration_status; // QEMU's last MIGRATION status
+  std::string run_state;        // query-status at the end
+  uint64_t ram_total_bytes = 0;
+  uint64_t ram_transferred_bytes = 0;
+  uint64_t ram_remaining_at_pause_bytes = 0;  // sent after migrate-continue, beside the final round
+  double qemu_downtime_ms = -1;   // QEMU's own figure (includes the pre-switchover pause)
+  double qemu_total_ms = -1;
+  bool paused_on_its_own = false; // QEMU reached pre-switchover before the engine asked
+  double converge_wait_ms = 0;    // engine asked -> QEMU paused (guest running meanwhile, unless paused_on_its_own)
+  double ram_finish_wait_ms = 0;  // after the final round: waiting for QEMU's "completed"
+  double stop_unix_s = 0;         // source: QEMU's STOP event (its wall clock)
+  double resume_unix_s = 0;       // destination: QEMU's RESUME event; source: when it learned the destination runs
+  double guest_stun_ms = -1;      // source: stop -> resumed
+  std::string rollback;           // what the hook did to give the guest back, when it did
+  std::string ToJson() const;
+};
+
+class QemuGuest : public Device {
+ public:
+  // Connects to the QEMU at options.qmp_path and checks it can take its part.
+  // The device (the guest's device memory, e.g. shm:PATH) is owned from here on.
+  static Result<std::unique_ptr<QemuGuest>> AttachSource(std::unique_ptr<Device> device, QemuHookOptions options);
+  static Result<std::unique_ptr<QemuGuest>> AttachDestination(std::unique_ptr<Device> device,
+                                                              QemuHookOptions options);
+
+  // Source: asked after each pre-copy round (SourceOptions::switch_now): QEMU
+  // paused the guest for the switchover by itself, or its migration failed.
+  virtual bool SwitchNow() = 0;
+  // Source: the destination confirmed it runs (the session's kCompleted).
+  virtual void MarkResumed() = 0;
+  virtual QemuFigures Figures() = 0;
+};
+
+}  // namespace gpumigrate

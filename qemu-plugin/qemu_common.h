@@ -1,0 +1,41 @@
+// What both ends of the QEMU hook share: connecting to a QEMU and checking it,
+// the migration capabilities, waiting for a MIGRATION status, and QEMU's figures.
+#pragma once
+
+#include <chrono>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "gpumigrate/qemu.h"
+#include "gpumigrate/qmp.h"
+
+namespace gpumigrate::qemu {
+
+// Connects, names the side in any error ("source QEMU at PATH: ...").
+Result<std::unique_ptr<QmpClient>> ConnectQemu(const QemuHookOptions& options, std::string_view side);
+
+// events, return-path, x-ignore-shared (+ pause-before-switchover on the source):
+// a QEMU without one of them is refused by name.
+Status SetHookCapabilities(QmpClient& qmp, bool source, std::chrono::milliseconds timeout);
+
+// The command line of the process at the other end of the QMP socket has `-S`
+// (the destination must not start the guest before the device memory is there).
+Status CheckStartedPaused(QmpClient& qmp);
+
+// Waits for a MIGRATION event whose status is one of `statuses`; returns it.
+// `what` names the wait in the error. Statuses already seen in the queue count.
+Result<std::string> WaitMigrationStatus(QmpClient& qmp, std::initializer_list<std::string_view> statuses,
+                                        std::chrono::milliseconds timeout, std::string_view what);
+
+// QEMU's error-desc (query-migrate), or "" when none; never fails.
+std::string MigrationErrorDesc(QmpClient& qmp, std::chrono::milliseconds timeout);
+
+// Fills QEMU's RAM figures and status from query-migrate / query-status (best
+// effort: a QEMU that went away leaves them as they were).
+void FillFromQuery(QmpClient& qmp, std::chrono::milliseconds timeout, QemuFigures& f);
+
+std::string VersionText(const QemuVersion& v);
+
+}  // namespace gpumigrate::qemu

@@ -1,0 +1,198 @@
+// The source half of the QEMU hook (gpumigrate/qemu.h): QEMU migrates the
+// guest's RAM beside the engine's device pre-copy and pauses at pre-switchover
+// only when the engine's switchover rule says go.
+#include <chrono>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "qemu-plugin/forwarding_device.h"
+#include "qemu-plugin/qemu_common.h"
+
+namespace gpumigrate {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+double UnixNow() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+class QemuSource final : public qemu::Forwarding<QemuGuest> {
+ public:
+  QemuSource(std::unique_ptr<Device> device, QemuHookOptions options, std::unique_ptr<QmpClient> qmp)
+      : Forwarding(std::move(device)), opt_(std::move(options)), qmp_(std::move(qmp)) {
+    fig_.side = "source";
+  }
+
+  Status Prepare() {
+    GM_ASSIGN_OR_RETURN(QmpRunState rs, qmp_->QueryStatus(opt_.command_timeout));
+    if (!rs.running) {
+      return FailedPrecondition(fmt::format("source QEMU at {} is {}, expected running", opt_.qmp_path, rs.status));
+    }
+    GM_ASSIGN_OR_RETURN(nlohmann::json mig, qmp_->QueryMigrate(opt_.command_timeout));
+    const std::string status = mig.value("status", std::string("none"));
+    if (status != "none" && status != "completed" && status != "cancelled" && status != "failed") {
+      return FailedPrecondition(fmt::format("source QEMU at {} is already migrating ({})", opt_.qmp_path, status));
+    }
+    GM_RETURN_IF_ERROR(qemu::SetHookCapabilities(*qmp_, true, opt_.command_timeout));
+    // Held at 0 ms: QEMU pauses for the switchover only once its RAM is fully sent,
+    // until the engine raises it (SetState(STOP_COPY)).
+    nlohmann::json params = {{"downtime-limit", 0}};
+    const double bw = opt_.max_bandwidth_bytes_per_s > 0 ? opt_.max_bandwidth_bytes_per_s : 1e12;
+    params["max-bandwidth"] = static_cast<uint64_t>(bw);
+    return qmp_->SetMigrationParameters(params, opt_.command_timeout);
+  }
+
+  Status SetPeerSetupNote(std::string_view note) override {
+    if (note.empty()) {
+      return FailedPrecondition("the receiver did not send a QEMU incoming URI: start it with `gpumigrate receive --qemu "
+                                "DST.qmp --qemu-incoming tcp:IP:PORT ...`");
+    }
+    uri_ = std::string(note);
+    return Status::Ok();
+  }
+
+  Status SaveSetup() override {
+    GM_RETURN_IF_ERROR(inner().SaveSetup());
+    Status s = qmp_->Migrate(uri_, opt_.command_timeout);
+    if (!s.ok()) return s.WithContext(fmt::format("source QEMU: migrate to {}", uri_));
+    started_ = true;
+    Note(fmt::format("qemu: source QEMU {} migrating its RAM to {}", qemu::VersionText(qmp_->version()), uri_));
+    return Status::Ok();
+  }
+
+  bool SwitchNow() override {
+    if (!started_ || paused_ || failed_) return paused_ || failed_;
+    (void)qmp_->ReadEvents(Ms(0));
+    for (const QmpEvent& e : qmp_->queued_events()) {
+      if (e.name != "MIGRATION") continue;
+      const std::string s = e.data.value("status", std::string());
+      if (s == "pre-switchover") {
+        fig_.paused_on_its_own = true;
+        Note("qemu: QEMU sent all of the guest's RAM and paused it for the switchover by itself: switching over now");
+        return true;
+      }
+      if (s == "failed" || s == "cancelled") return failed_ = true;
+    }
+    return false;
+  }
+
+  Status SetState(DeviceState next) override {
+    const DeviceState cur = inner().State();
+    if (next == DeviceState::kStopCopy && cur == DeviceState::kPreCopy) return EnterStopCopy();
+    if (next == DeviceState::kRunning && (cur == DeviceState::kPreCopy || cur == DeviceState::kStopCopy)) {
+      return RollBack();
+    }
+    if (next == DeviceState::kRunning && cur == DeviceState::kStop) {
+      GM_RETURN_IF_ERROR(inner().SetState(next));
+      return GiveGuestBack();
+    }
+    return inner().SetState(next);
+  }
+
+  // The final round's data is all read: QEMU's remaining RAM must have arrived
+  // (return-path: "completed" means the destination loaded it) before Prepare.
+  Result<std::vector<std::byte>> SaveState() override {
+    const auto t0 = std::chrono::steady_clock::now();
+    auto st = qemu::WaitMigrationStatus(*qmp_, {"completed", "failed", "cancelled"}, opt_.complete_timeout,
+                                        "QEMU finishing the guest's RAM after migrate-continue");
+    fig_.ram_finish_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) return st.status().WithContext("source QEMU");
+    if (*st != "completed") {
+      return Aborted(fmt::format("source QEMU's migration {}: {}", *st, qemu::MigrationErrorDesc(*qmp_, opt_.command_timeout)));
+    }
+    return inner().SaveState();
+  }
+
+  void MarkResumed() override {
+    fig_.resume_unix_s = UnixNow();
+    if (fig_.stop_unix_s > 0) fig_.guest_stun_ms = (fig_.resume_unix_s - fig_.stop_unix_s) * 1e3;
+  }
+
+  QemuFigures Figures() override {
+    qemu::FillFromQuery(*qmp_, opt_.command_timeout, fig_);
+    return fig_;
+  }
+
+ private:
+  void Note(std::string_view line) {
+    if (opt_.note) opt_.note(line);
+  }
+
+  // The engine's rule said go: let QEMU converge to pre-switchover (vCPUs
+  // stopped), then stop the device and let QEMU send the rest of its RAM.
+  Status EnterStopCopy() {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (!fig_.paused_on_its_own) {
+      GM_RETURN_IF_ERROR(qmp_->SetMigrationParameters({{"downtime-limit", opt_.downtime_target.count()}},
+                                                      opt_.command_timeout));
+      Note(fmt::format("qemu: device memory converged; QEMU may switch over (downtime-limit {} ms)",
+                       opt_.downtime_target.count()));
+    }
+    auto st = qemu::WaitMigrationStatus(*qmp_, {"pre-switchover", "failed", "cancelled"}, opt_.converge_timeout,
+                                        "QEMU pausing the guest at pre-switchover");
+    fig_.converge_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (!st.ok()) return st.status().WithContext("source QEMU");
+    if (*st != "pre-switchover") {
+      return Aborted(fmt::format("source QEMU's migration {} before the switchover: {}", *st,
+                                 qemu::MigrationErrorDesc(*qmp_, opt_.command_timeout)));
+    }
+    paused_ = true;
+    for (const QmpEvent& e : qmp_->event_log()) {
+      if (e.name == "STOP") fig_.stop_unix_s = static_cast<double>(e.qemu_time.count()) / 1e6;
+    }
+    if (auto q = qmp_->QueryMigrate(opt_.command_timeout); q.ok() && q->contains("ram")) {
+      fig_.ram_remaining_at_pause_bytes = (*q)["ram"].value("remaining", uint64_t{0});
+    }
+    GM_RETURN_IF_ERROR(inner().SetState(DeviceState::kStopCopy));
+    return qmp_->MigrateContinue("pre-switchover", opt_.command_timeout).WithContext("source QEMU");
+  }
+
+  // Before Prepared: the guest must run on here. QEMU still migrating: cancel
+  // (it resumes the guest); QEMU done (the final round failed after it): `cont`.
+  Status RollBack() {
+    Status dev = inner().SetState(DeviceState::kRunning);
+    Status guest = started_ ? GiveGuestBack() : Status::Ok();
+    if (!dev.ok()) return dev;
+    return guest;
+  }
+
+  Status GiveGuestBack() {
+    auto mig = qmp_->QueryMigrate(opt_.command_timeout);
+    std::string status = mig.ok() ? mig->value("status", std::string("none")) : "unknown";
+    if (status != "completed" && status != "failed" && status != "cancelled" && status != "none") {
+      GM_RETURN_IF_ERROR(qmp_->MigrateCancel(opt_.command_timeout).WithContext("source QEMU: migrate_cancel"));
+      auto end = qemu::WaitMigrationStatus(*qmp_, {"cancelled", "failed", "completed"}, opt_.command_timeout,
+                                           "QEMU cancelling its migration");
+      if (!end.ok()) return end.status().WithContext("source QEMU");
+      status = *end;
+      fig_.rollback = "migrate_cancel";
+    }
+    GM_ASSIGN_OR_RETURN(QmpRunState rs, qmp_->QueryStatus(opt_.command_timeout));
+    if (!rs.running) {
+      GM_RETURN_IF_ERROR(qmp_->Cont(opt_.command_timeout).WithContext("source QEMU: cont"));
+      fig_.rollback += fig_.rollback.empty() ? "cont" : " + cont";
+    }
+    Note(fmt::format("qemu: the source guest runs on (QEMU's migration {}{})", status,
+                     fig_.rollback.empty() ? "" : ", " + fig_.rollback));
+    return Status::Ok();
+  }
+
+  QemuHookOptions opt_;
+  std::unique_ptr<QmpClient> qmp_;
+  std::string uri_;
+  bool started_ = false, paused_ = false, failed_ = false;
+  QemuFigures fig_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<QemuGuest>> QemuGuest::AttachSource(std::unique_ptr<Device> device, QemuHookOptions options) {
+  GM_ASSIGN_OR_RETURN(auto qmp, qemu::ConnectQemu(options, "source"));
+  auto guest = std::make_unique<QemuSource>(std::move(device), std::move(options), std::move(qmp));
+  GM_RETURN_IF_ERROR(guest->Prepare());
+  return std::unique_ptr<QemuGuest>(std::move(guest));
+}
+
+}  // namespace gpumigrate
