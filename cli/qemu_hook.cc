@@ -89,17 +89,25 @@ void AddQemuToJson(QemuGuest& guest, nlohmann::ordered_json& j) {
 
 void PrintQemuLines(QemuGuest& guest, FILE* out) {
   QemuFigures q = guest.Figures();
-  Print(out, "  qemu:       QEMU {} migration {}, guest {}; RAM {} of {} sent\n", q.qemu_version, q.migration_status,
-        q.run_state, FormatBytes(static_cast<double>(q.ram_transferred_bytes)),
+  if (q.side != "source") {
+    Print(out, "  qemu:       QEMU {} incoming migration {}, guest {}\n", q.qemu_version, q.migration_status, q.run_state);
+    return;
+  }
+  Print(out, "  qemu:       QEMU {} migration {}, guest {}; RAM {} sent ({} guest RAM and ROMs)\n", q.qemu_version,
+        q.migration_status, q.run_state, FormatBytes(static_cast<double>(q.ram_transferred_bytes)),
         FormatBytes(static_cast<double>(q.ram_total_bytes)));
-  if (q.side != "source") return;
   if (q.guest_stun_ms >= 0) {
     Print(out, "  guest stun: {:.1f} ms (QEMU STOP -> destination running; QEMU's own downtime {:.0f} ms)\n",
           q.guest_stun_ms, q.qemu_downtime_ms);
   }
-  Print(out, "              QEMU paused the guest {} after {:.0f} ms; {} of RAM left at the pause, finished {:.0f} ms "
-             "after the device's final round\n",
-        q.paused_on_its_own ? "by itself" : "when released", q.converge_wait_ms,
+  if (q.paused_on_its_own) {
+    Print(out, "              QEMU paused the guest by itself {:.0f} ms before the device converged (all RAM sent; "
+               "QEMU 7.2 cannot be held)\n",
+          q.stopped_before_switchover_ms);
+  } else {
+    Print(out, "              QEMU paused the guest {:.0f} ms after the device converged\n", q.converge_wait_ms);
+  }
+  Print(out, "              {} of RAM left at the pause, sent beside the final round; QEMU completed {:.0f} ms after it\n",
         FormatBytes(static_cast<double>(q.ram_remaining_at_pause_bytes)), q.ram_finish_wait_ms);
   if (!q.rollback.empty()) Print(out, "  rollback:   {}\n", q.rollback);
 }

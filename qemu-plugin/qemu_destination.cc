@@ -99,9 +99,13 @@ class QemuDestination final : public qemu::Forwarding<QemuGuest> {
 
 }  // namespace
 
-Result<std::unique_ptr<QemuGuest>> QemuGuest::AttachDestination(std::unique_ptr<Device> device,
-                                                                 QemuHookOptions options) {
+Result<std::unique_ptr<QemuGuest>> QemuGuest::AttachDestination(std::unique_ptr<Device> device, QemuHookOptions options) {
   GM_ASSIGN_OR_RETURN(auto qmp, qemu::ConnectQemu(options, "destination"));
+  return AttachDestination(std::move(device), std::move(options), std::move(qmp));
+}
+
+Result<std::unique_ptr<QemuGuest>> QemuGuest::AttachDestination(std::unique_ptr<Device> device, QemuHookOptions options,
+                                                   std::unique_ptr<QmpClient> qmp) {
   auto guest = std::make_unique<QemuDestination>(std::move(device), std::move(options), std::move(qmp));
   GM_RETURN_IF_ERROR(guest->Prepare());
   return std::unique_ptr<QemuGuest>(std::move(guest));

@@ -16,6 +16,7 @@ std::string QemuFigures::ToJson() const {
     j["ram_remaining_at_pause_bytes"] = ram_remaining_at_pause_bytes;
     j["paused_on_its_own"] = paused_on_its_own;
     j["converge_wait_ms"] = converge_wait_ms;
+    j["stopped_before_switchover_ms"] = stopped_before_switchover_ms;
     j["ram_finish_wait_ms"] = ram_finish_wait_ms;
     j["guest_stun_ms"] = guest_stun_ms;
     j["stop_unix_s"] = stop_unix_s;

@@ -124,6 +124,7 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
   // stopped), then stop the device and let QEMU send the rest of its RAM.
   Status EnterStopCopy() {
     const auto t0 = std::chrono::steady_clock::now();
+    const double asked_unix_s = UnixNow();
     if (!fig_.paused_on_its_own) {
       GM_RETURN_IF_ERROR(qmp_->SetMigrationParameters({{"downtime-limit", opt_.downtime_target.count()}},
                                                       opt_.command_timeout));
@@ -141,6 +142,12 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
     paused_ = true;
     for (const QmpEvent& e : qmp_->event_log()) {
       if (e.name == "STOP") fig_.stop_unix_s = static_cast<double>(e.qemu_time.count()) / 1e6;
+    }
+    // QEMU 7.2 cannot be held once the guest's RAM is fully sent: it may have
+    // stopped the vCPUs before the engine asked, and the guest saw that too.
+    if (fig_.stop_unix_s > 0 && fig_.stop_unix_s < asked_unix_s) {
+      fig_.paused_on_its_own = true;
+      fig_.stopped_before_switchover_ms = (asked_unix_s - fig_.stop_unix_s) * 1e3;
     }
     if (auto q = qmp_->QueryMigrate(opt_.command_timeout); q.ok() && q->contains("ram")) {
       fig_.ram_remaining_at_pause_bytes = (*q)["ram"].value("remaining", uint64_t{0});
@@ -190,6 +197,11 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
 
 Result<std::unique_ptr<QemuGuest>> QemuGuest::AttachSource(std::unique_ptr<Device> device, QemuHookOptions options) {
   GM_ASSIGN_OR_RETURN(auto qmp, qemu::ConnectQemu(options, "source"));
+  return AttachSource(std::move(device), std::move(options), std::move(qmp));
+}
+
+Result<std::unique_ptr<QemuGuest>> QemuGuest::AttachSource(std::unique_ptr<Device> device, QemuHookOptions options,
+                                                   std::unique_ptr<QmpClient> qmp) {
   auto guest = std::make_unique<QemuSource>(std::move(device), std::move(options), std::move(qmp));
   GM_RETURN_IF_ERROR(guest->Prepare());
   return std::unique_ptr<QemuGuest>(std::move(guest));

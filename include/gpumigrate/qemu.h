@@ -49,6 +49,8 @@
 
 namespace gpumigrate {
 
+class QmpClient;
+
 struct QemuHookOptions {
   std::string qmp_path;                                     // QEMU's -qmp unix socket
   std::string incoming_uri;                                 // destination: QEMU listens here (tcp:IP:PORT, unix:PATH)
@@ -74,6 +76,7 @@ struct QemuFigures {
   double qemu_total_ms = -1;
   bool paused_on_its_own = false; // QEMU reached pre-switchover before the engine asked
   double converge_wait_ms = 0;    // engine asked -> QEMU paused (guest running meanwhile, unless paused_on_its_own)
+  double stopped_before_switchover_ms = 0;  // paused_on_its_own: the guest's vCPUs stopped this long before the engine asked
   double ram_finish_wait_ms = 0;  // after the final round: waiting for QEMU's "completed"
   double stop_unix_s = 0;         // source: QEMU's STOP event (its wall clock)
   double resume_unix_s = 0;       // destination: QEMU's RESUME event; source: when it learned the destination runs
@@ -89,6 +92,13 @@ class QemuGuest : public Device {
   static Result<std::unique_ptr<QemuGuest>> AttachSource(std::unique_ptr<Device> device, QemuHookOptions options);
   static Result<std::unique_ptr<QemuGuest>> AttachDestination(std::unique_ptr<Device> device,
                                                               QemuHookOptions options);
+  // The same over a QMP client already connected (options.qmp_path is then only
+  // a name in messages): tests drive the hook with a scripted QEMU this way.
+  static Result<std::unique_ptr<QemuGuest>> AttachSource(std::unique_ptr<Device> device, QemuHookOptions options,
+                                                         std::unique_ptr<QmpClient> qmp);
+  static Result<std::unique_ptr<QemuGuest>> AttachDestination(std::unique_ptr<Device> device,
+                                                              QemuHookOptions options,
+                                                              std::unique_ptr<QmpClient> qmp);
 
   // Source: asked after each pre-copy round (SourceOptions::switch_now): QEMU
   // paused the guest for the switchover by itself, or its migration failed.
