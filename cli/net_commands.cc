@@ -185,9 +185,8 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.session_id = ns->session_id;
   o.aes_key = ns->aes_key;
   o.on_progress = [&](const Progress& p) { progress.Update(p); };
-  o.on_phase = WithCrashHook([guest](Phase p, uint32_t) {
-    if (p == Phase::kCompleted && guest != nullptr) guest->MarkResumed();
-  });
+  o.on_phase = WithCrashHook(nullptr);
+  if (guest != nullptr) guest->WireInto(o);
   MigrationReport r = RunSource(*src, ns->View(), o);
   progress.Finish();
   if (!r.source_cleanup.ok()) {

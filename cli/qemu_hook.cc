@@ -70,10 +70,6 @@ Status AttachQemu(const QemuFlags& f, OpenedDevice& opened, bool source, SourceO
   *guest = attached->get();
   opened.device = std::move(attached).value();
   opened.shm = nullptr;  // owned by the guest now; reach it through the QemuGuest
-  if (source && options != nullptr) {
-    QemuGuest* g = *guest;
-    options->switch_now = [g] { return g->SwitchNow(); };
-  }
   return Status::Ok();
 }
 

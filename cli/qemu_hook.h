@@ -31,7 +31,8 @@ void AddQemuDestinationFlags(CLI::App* c, QemuFlags& f);
 Status CheckQemuUse(const QemuFlags& f, const std::string& device_spec, bool source);
 
 // With --qemu: moves the opened device into a QemuGuest attached to that QEMU
-// (source: also sets the options' switch_now); `guest` points at it. Without:
+// (source: QEMU's downtime target and bandwidth from `options`); `guest` points
+// at it; the caller wires it into the session (QemuGuest::WireInto). Without:
 // leaves everything alone.
 Status AttachQemu(const QemuFlags& f, OpenedDevice& opened, bool source, SourceOptions* options,
                   ProgressPrinter* progress, QemuGuest** guest);

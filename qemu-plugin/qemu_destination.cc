@@ -58,9 +58,6 @@ class QemuDestination final : public qemu::Forwarding<QemuGuest> {
     return inner().SetState(next);
   }
 
-  bool SwitchNow() override { return false; }
-  void MarkResumed() override {}
-
   QemuFigures Figures() override {
     if (qmp_->connected()) qemu::FillFromQuery(*qmp_, opt_.command_timeout, fig_);
     return fig_;

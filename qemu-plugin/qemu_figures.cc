@@ -4,6 +4,15 @@
 
 namespace gpumigrate {
 
+void QemuGuest::WireInto(SourceOptions& options) {
+  options.switch_now = [this] { return SwitchNow(); };
+  options.may_switch = [this] { return MaySwitch(); };
+  options.on_phase = [this, next = std::move(options.on_phase)](Phase phase, uint32_t round) {
+    OnSourcePhase(phase, round);
+    if (next) next(phase, round);
+  };
+}
+
 std::string QemuFigures::ToJson() const {
   nlohmann::ordered_json j;
   j["side"] = side;

@@ -1,6 +1,7 @@
 // The source half of the QEMU hook (gpumigrate/qemu.h): QEMU migrates the
 // guest's RAM beside the engine's device pre-copy and pauses at pre-switchover
 // only when the engine's switchover rule says go.
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -53,27 +54,65 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
     return Status::Ok();
   }
 
-  Status SaveSetup() override {
-    GM_RETURN_IF_ERROR(inner().SaveSetup());
-    Status s = qmp_->Migrate(uri_, opt_.command_timeout);
-    if (!s.ok()) return s.WithContext(fmt::format("source QEMU: migrate to {}", uri_));
-    started_ = true;
-    Note(fmt::format("qemu: source QEMU {} migrating its RAM to {}", qemu::VersionText(qmp_->version()), uri_));
-    return Status::Ok();
+  // QEMU's RAM migration starts after the device's first round (OnSourcePhase):
+  // QEMU 7.2 cannot be held once its RAM is sent, and a QEMU that finished first
+  // would stop the guest for the rest of the device's bulk copy.
+  void OnSourcePhase(Phase phase, uint32_t round) override {
+    (void)round;
+    if (phase == Phase::kRoundEnd && !started_ && !failed_) (void)StartRam();  // a failure: start_error_
+    if (phase == Phase::kCompleted) MarkResumed();
   }
 
   bool SwitchNow() override {
-    if (!started_ || paused_ || failed_) return paused_ || failed_;
+    if (!started_ || failed_ || !pause_status_.empty()) return failed_ || !pause_status_.empty();
     (void)qmp_->ReadEvents(Ms(0));
     for (const QmpEvent& e : qmp_->queued_events()) {
       if (e.name != "MIGRATION") continue;
       const std::string s = e.data.value("status", std::string());
       if (s == "pre-switchover") {
-        fig_.paused_on_its_own = true;
-        Note("qemu: QEMU sent all of the guest's RAM and paused it for the switchover by itself: switching over now");
+        if (!released_) {
+          fig_.paused_on_its_own = true;
+          Note("qemu: QEMU sent all of the guest's RAM and paused it by itself: switching over now");
+        }
         return true;
       }
       if (s == "failed" || s == "cancelled") return failed_ = true;
+    }
+    return false;
+  }
+
+  // The engine's rule says go: release QEMU (downtime-limit = target) and hold
+  // the switchover, a round at a time, until QEMU has paused the guest.
+  bool MaySwitch() override {
+    if (!started_ && !failed_) (void)StartRam();
+    if (failed_) return true;  // STOP_COPY reports it and rolls back
+    if (!released_) {
+      Status s = Release();
+      if (!s.ok()) {
+        start_error_ = s;
+        return failed_ = true;
+      }
+    }
+    if (SwitchNow()) return true;
+    if (std::chrono::steady_clock::now() >= converge_deadline_) return true;  // STOP_COPY times out by name
+    // Returns as soon as QEMU pauses: every millisecond here is stun.
+    auto st = qemu::WaitMigrationStatus(*qmp_, {"pre-switchover", "failed", "cancelled"}, kHoldStep,
+                                        "QEMU pausing the guest at pre-switchover");
+    if (st.ok()) {
+      pause_status_ = *st;
+      return true;
+    }
+    if (st.status().code() != StatusCode::kDeadlineExceeded) {
+      start_error_ = st.status().WithContext("source QEMU");
+      return failed_ = true;
+    }
+    auto now = std::chrono::steady_clock::now();
+    if (now - last_hold_note_ >= std::chrono::seconds(1)) {
+      last_hold_note_ = now;
+      if (auto q = qmp_->QueryMigrate(opt_.command_timeout); q.ok() && q->contains("ram")) {
+        Note(fmt::format("qemu: device memory converged; QEMU still sending the guest's RAM ({} MiB remaining)",
+                         (*q)["ram"].value("remaining", uint64_t{0}) >> 20));
+      }
     }
     return false;
   }
@@ -123,17 +162,22 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
   // The engine's rule said go: let QEMU converge to pre-switchover (vCPUs
   // stopped), then stop the device and let QEMU send the rest of its RAM.
   Status EnterStopCopy() {
-    const auto t0 = std::chrono::steady_clock::now();
     const double asked_unix_s = UnixNow();
-    if (!fig_.paused_on_its_own) {
-      GM_RETURN_IF_ERROR(qmp_->SetMigrationParameters({{"downtime-limit", opt_.downtime_target.count()}},
-                                                      opt_.command_timeout));
-      Note(fmt::format("qemu: device memory converged; QEMU may switch over (downtime-limit {} ms)",
-                       opt_.downtime_target.count()));
+    if (!start_error_.ok()) return start_error_;
+    if (!started_) GM_RETURN_IF_ERROR(StartRam());
+    if (!released_ && fig_.paused_on_its_own) {
+      released_at_ = std::chrono::steady_clock::now();
+      converge_deadline_ = released_at_ + opt_.converge_timeout;
+    } else if (!released_) {
+      GM_RETURN_IF_ERROR(Release());
     }
-    auto st = qemu::WaitMigrationStatus(*qmp_, {"pre-switchover", "failed", "cancelled"}, opt_.converge_timeout,
-                                        "QEMU pausing the guest at pre-switchover");
-    fig_.converge_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const auto left = std::chrono::duration_cast<Ms>(converge_deadline_ - std::chrono::steady_clock::now());
+    Result<std::string> st = pause_status_;
+    if (pause_status_.empty()) {
+      st = qemu::WaitMigrationStatus(*qmp_, {"pre-switchover", "failed", "cancelled"}, std::max(left, Ms(1)),
+                                     "QEMU pausing the guest at pre-switchover");
+    }
+    fig_.converge_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - released_at_).count();
     if (!st.ok()) return st.status().WithContext("source QEMU");
     if (*st != "pre-switchover") {
       return Aborted(fmt::format("source QEMU's migration {} before the switchover: {}", *st,
@@ -154,6 +198,30 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
     }
     GM_RETURN_IF_ERROR(inner().SetState(DeviceState::kStopCopy));
     return qmp_->MigrateContinue("pre-switchover", opt_.command_timeout).WithContext("source QEMU");
+  }
+
+  Status StartRam() {
+    Status s = qmp_->Migrate(uri_, opt_.command_timeout);
+    if (!s.ok()) {
+      failed_ = true;
+      start_error_ = s.WithContext(fmt::format("source QEMU: migrate to {}", uri_));
+      return start_error_;
+    }
+    started_ = true;
+    Note(fmt::format("qemu: source QEMU {} migrating the guest's RAM to {}", qemu::VersionText(qmp_->version()), uri_));
+    return Status::Ok();
+  }
+
+  Status Release() {
+    GM_RETURN_IF_ERROR(qmp_->SetMigrationParameters({{"downtime-limit", opt_.downtime_target.count()}},
+                                                    opt_.command_timeout)
+                           .WithContext("source QEMU"));
+    released_ = true;
+    released_at_ = std::chrono::steady_clock::now();
+    converge_deadline_ = released_at_ + opt_.converge_timeout;
+    Note(fmt::format("qemu: device memory converged; QEMU may pause the guest (downtime-limit {} ms)",
+                     opt_.downtime_target.count()));
+    return Status::Ok();
   }
 
   // Before Prepared: the guest must run on here. QEMU still migrating: cancel
@@ -188,8 +256,12 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
 
   QemuHookOptions opt_;
   std::unique_ptr<QmpClient> qmp_;
+  static constexpr Ms kHoldStep{100};  // how long MaySwitch waits for QEMU each held round
   std::string uri_;
-  bool started_ = false, paused_ = false, failed_ = false;
+  bool started_ = false, released_ = false, paused_ = false, failed_ = false;
+  Status start_error_;
+  std::string pause_status_;  // QEMU's MIGRATION status that ended MaySwitch's wait (consumed there)
+  std::chrono::steady_clock::time_point released_at_{}, converge_deadline_{}, last_hold_note_{};
   QemuFigures fig_;
 };
 

@@ -152,6 +152,7 @@ class Source {
   std::atomic<bool> peer_aborted_{false};
   DirtyTracker* tracker_ = nullptr;
   bool tracking_ = false;
+  bool switch_now_ = false;  // SourceOptions::switch_now said yes: the round in progress was cut short
   StepAt at_;                 // where the migration stands: a failure is reported here
   PolicyResult decision_;     // the switchover rule's last answer
   uint32_t final_round_ = 0;
@@ -312,12 +313,15 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
             hashes_.Set(i, p + k, pages.hashes()[k]);
           }
         }
-        for (uint64_t q = p; q < p + n; ++q) set.Clear(q);
+        for (uint64_t q = p; q < p + n; ++q) set.Clear(q);  // pages left set go in a later round
         done += n * ps;
         p += n;
         ReportProgress(phase, round, total, done, false);
+        if (!rr.final && opt_.switch_now && (switch_now_ = opt_.switch_now())) break;
       }
+      if (switch_now_ && !rr.final) break;
     }
+    if (switch_now_ && !rr.final) break;
   }
   rr.bytes = sender_->bytes_sent() - sent_before;
   return Status::Ok();
@@ -575,16 +579,20 @@ Result<PolicyResult> Source::Decide(const std::vector<uint64_t>& dirty_history, 
 // but "continue"). decision_ holds its last answer.
 Status Source::PreCopy() {
   std::vector<uint64_t> dirty_history;
+  uint32_t held = 0;  // rounds run because may_switch held the switchover: not counted toward max_rounds
   for (uint32_t round = FirstRound();; ++round) {
     GM_RETURN_IF_ERROR(RunRound(round));
     uint64_t dirty = 0;
     GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
     report_.bandwidth_bytes_per_s = MeasuredBandwidth(report_.rounds);
-    GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size())));
-    if (decision_.decision == Decision::kContinue && opt_.switch_now && opt_.switch_now()) {
+    GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size()) - held));
+    if (decision_.decision == Decision::kContinue && opt_.switch_now && (switch_now_ || opt_.switch_now())) {
       decision_.decision = Decision::kSwitchover;
       decision_.reason = "the workload stopped on its own: switching over at once";
+    } else if (decision_.decision == Decision::kSwitchover && opt_.may_switch && !opt_.may_switch()) {
+      ++held;
+      continue;
     }
     if (decision_.decision != Decision::kContinue) {
       report_.predicted_stun_ms = decision_.predicted_stun_ms;

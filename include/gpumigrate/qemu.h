@@ -13,12 +13,18 @@
 //     pause-before-switchover; downtime-limit     the socket's peer); the same caps
 //     0 (QEMU may not switch on its own)        LoadSetup: migrate-incoming URI; the
 //   SetPeerSetupNote: the URI, from Ready         URI is the SetupNote sent in Ready
-//   SaveSetup: migrate URI (RAM pre-copy runs)
-//   switch_now(): QEMU paused by itself?
-//   STOP_COPY: downtime-limit = target, wait
-//     for pre-switchover (vCPUs stopped),
-//     device STOP_COPY, migrate-continue (the
-//     rest of RAM overlaps the final round)
+//   end of the device's round 0: migrate URI
+//     (QEMU's RAM pre-copy runs beside the
+//     device's dirty rounds)
+//   switch_now(): QEMU paused by itself (its
+//     RAM all sent)? cut the round, switch
+//   may_switch() (the rule says go):
+//     downtime-limit = target; hold the
+//     switchover, a round at a time, until
+//     QEMU reports pre-switchover (vCPUs stopped)
+//   STOP_COPY: device STOP_COPY, then
+//     migrate-continue (the rest of RAM
+//     overlaps the device's final round)
 //   SaveState: wait for QEMU's "completed"
 //     (return-path: the destination loaded it)
 //                                              RUNNING (Commit): QEMU completed, the
@@ -33,9 +39,12 @@
 // includes the pre-switchover pause and is reported beside it.
 //
 // Only QEMU 7.2's mechanisms are used (no switchover-ack, added in 8.1): QEMU can
-// still reach pre-switchover by itself when the guest's RAM is fully sent; then
-// switch_now() tells the session to switch over at once. Under libvirt, libvirt
-// owns the pause: use scripts/libvirt/qemu instead.
+// still reach pre-switchover by itself when the guest's RAM is fully sent (the
+// guest idle since the last dirty sync); then switch_now() cuts the round and
+// the session switches over at once. That is why QEMU starts only after the
+// device's round 0: a QEMU done first would stop the guest for the device's
+// whole bulk copy. Under libvirt, libvirt owns the pause: use
+// scripts/libvirt/qemu instead.
 #pragma once
 
 #include <chrono>
@@ -45,6 +54,7 @@
 #include <string_view>
 
 #include "gpumigrate/device.h"
+#include "gpumigrate/session.h"
 #include "gpumigrate/status.h"
 
 namespace gpumigrate {
@@ -100,11 +110,22 @@ class QemuGuest : public Device {
                                                               QemuHookOptions options,
                                                               std::unique_ptr<QmpClient> qmp);
 
-  // Source: asked after each pre-copy round (SourceOptions::switch_now): QEMU
-  // paused the guest for the switchover by itself, or its migration failed.
-  virtual bool SwitchNow() = 0;
+  // Source: SourceOptions::switch_now: QEMU paused the guest for the
+  // switchover by itself, or its migration failed.
+  virtual bool SwitchNow() { return false; }
+  // Source: SourceOptions::may_switch: releases QEMU (downtime-limit = target)
+  // and says whether QEMU has paused the guest yet (waits up to 100 ms).
+  virtual bool MaySwitch() { return true; }
+  // Source: SourceOptions::on_phase: QEMU's RAM migration starts at the end of
+  // the device's first round; kCompleted marks the guest resumed.
+  virtual void OnSourcePhase(Phase phase, uint32_t round) {
+    (void)phase;
+    (void)round;
+  }
+  // Sets switch_now and may_switch, and chains on_phase, of a source's options.
+  void WireInto(SourceOptions& options);
   // Source: the destination confirmed it runs (the session's kCompleted).
-  virtual void MarkResumed() = 0;
+  virtual void MarkResumed() {}
   virtual QemuFigures Figures() = 0;
 };
 

@@ -115,9 +115,15 @@ struct SourceOptions {
   const std::atomic<bool>* cancel = nullptr;         // set to abort (Ctrl-C); borrowed
   std::function<void(const Progress&)> on_progress;  // called from the session thread, rate-limited
   std::function<void(Phase, uint32_t round)> on_phase;
-  // Asked after each pre-copy round; true switches over at once, whatever the
-  // rule says (the QEMU hook: QEMU paused the guest for the switchover by itself).
+  // Asked after each page run of a pre-copy round (and after each round); true
+  // cuts the round short and switches over at once, whatever the rule says (the
+  // QEMU hook: QEMU paused the guest for the switchover by itself). Pages the cut
+  // round did not send go in the final round. Must be cheap (it polls).
   std::function<bool()> switch_now;
+  // Asked when the rule says switch over; false runs another pre-copy round
+  // instead (not counted toward max_rounds): the QEMU hook holds the switchover
+  // until QEMU has paused the guest. May wait a little (it paces those rounds).
+  std::function<bool()> may_switch;
   Clock* clock = nullptr;                            // timeouts and measurements; nullptr: SystemClock(). Borrowed
   // Stop the device at once and copy everything during the stun (no pre-copy).
   bool stop_and_copy = false;

@@ -7,10 +7,11 @@ device memory (an shm file outside QEMU's stream) between two real QEMUs.
                  destination guest continues the pass count with ram_bad=0
                  dev_bad=0 (no lost write in either memory), the source QEMU is
                  postmigrate, the reports carry the guest-visible stun and QEMU's figures.
-  kill_migrate   `gpumigrate migrate` SIGKILLed mid pre-copy: the source guest runs
+  kill_migrate   `gpumigrate migrate` SIGKILLed mid pre-copy (QEMU migrating its
+                 RAM beside the device's second round): the source guest runs
                  on, its QEMU migration is cancellable (and then cancelled), the
                  receiver gives up and its QEMU is told to quit.
-  kill_dst_qemu  the destination QEMU SIGKILLed mid pre-copy: the migration is
+  kill_dst_qemu  the destination QEMU SIGKILLed mid pre-copy (while migrating): the migration is
                  aborted, the source guest runs on with clean passes.
   kill_receiver  the receiver SIGKILLed in the final round (prepare-received): the
                  source rolls back and its guest runs on; the destination QEMU,
@@ -158,10 +159,20 @@ def scenario_migrate(pair, cli):
           f"QEMU downtime {q.get('qemu_downtime_ms')} ms, rounds {src_report.get('rounds')}", flush=True)
 
 
+def wait_qemu_migrating(cli, timeout_s=30):
+    """Until the source's QEMU migration has started (after the device's round 0)."""
+    deadline = time.monotonic() + timeout_s
+    while "migrating the guest's RAM" not in cli.err("tx"):
+        if cli.source.poll() is not None or time.monotonic() > deadline:
+            raise h.HarnessError(f"QEMU's migration never started: {cli.err('tx')}")
+        time.sleep(0.05)
+
+
 def scenario_kill_migrate(pair, cli):
     port = cli.start_receiver()
-    cli.start_source(port, ["--bandwidth", "16MiB/s"])  # round 0 of 64 MiB takes ~4 s
-    time.sleep(2.0)
+    cli.start_source(port, ["--bandwidth", "16MiB/s"])  # each device round of 64 MiB takes ~4 s, QEMU's RAM too
+    wait_qemu_migrating(cli)
+    time.sleep(1.0)
     check("migrate still pre-copying when killed", cli.source.poll() is None, cli.err("tx"))
     cli.source.kill()
     cli.source.wait()
@@ -187,7 +198,8 @@ def scenario_kill_migrate(pair, cli):
 def scenario_kill_dst_qemu(pair, cli):
     port = cli.start_receiver()
     cli.start_source(port, ["--bandwidth", "16MiB/s"])
-    time.sleep(2.0)
+    wait_qemu_migrating(cli)
+    time.sleep(1.0)
     os.kill(pair.dst.pid, signal.SIGKILL)
     tx = cli.wait(cli.source)
     rep = cli.report("tx")

@@ -94,6 +94,8 @@ TEST(QemuGuest, SourcePausedByQemuItselfSwitchesAtOnceAndOverlapsTheRestOfRam) {
   ASSERT_TRUE(g.SetPeerSetupNote("unix:/tmp/gm-in.sock").ok());
   ASSERT_TRUE(g.SaveSetup().ok());
   ASSERT_TRUE(g.SetState(DeviceState::kPreCopy).ok());
+  EXPECT_FALSE(g.SwitchNow()) << "QEMU's migration must not start before the device's round 0";
+  g.OnSourcePhase(Phase::kRoundEnd, 0);  // QEMU's RAM migration starts here
   bool now = false;
   for (int i = 0; i < 200 && !now; ++i) {
     now = g.SwitchNow();
@@ -135,6 +137,8 @@ TEST(QemuGuest, SourceQemuFailingBeforeThePauseAbortsNamingItAndTheGuestIsNotCon
   ASSERT_TRUE(g.SetPeerSetupNote("unix:/tmp/gm-in.sock").ok());
   ASSERT_TRUE(g.SaveSetup().ok());
   ASSERT_TRUE(g.SetState(DeviceState::kPreCopy).ok());
+  EXPECT_FALSE(g.SwitchNow()) << "QEMU's migration must not start before the device's round 0";
+  g.OnSourcePhase(Phase::kRoundEnd, 0);  // QEMU's RAM migration starts here
   Status s = g.SetState(DeviceState::kStopCopy);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("Broken pipe"), std::string::npos) << s.message();
@@ -142,6 +146,40 @@ TEST(QemuGuest, SourceQemuFailingBeforeThePauseAbortsNamingItAndTheGuestIsNotCon
   ASSERT_TRUE(g.SetState(DeviceState::kRunning).ok());
   EXPECT_EQ(g.State(), DeviceState::kRunning);
   guest->reset();  // closes the socket: the peer's drain ends
+  ExpectNoFailures(peer);
+}
+
+// The rule says go while QEMU still sends RAM: the switchover is held (another
+// round) until QEMU reports pre-switchover; the device stops only after that.
+TEST(QemuGuest, TheSwitchoverWaitsForQemuToPauseTheGuest) {
+  ShmFile file;
+  ScriptedQmpPeer peer([](FakeQemuIo& io) {
+    SourceAttach(io);
+    io.Return(io.Expect("migrate"), json::object());
+    json p = io.Expect("migrate-set-parameters");
+    if (p["arguments"]["downtime-limit"] != 300) io.Fail("downtime-limit not raised to the target: " + p.dump());
+    io.Return(p, json::object());
+    io.Return(io.Expect("query-migrate"), {{"status", "active"}, {"ram", {{"remaining", 1 << 20}}}});  // the hold's note
+    // ...the device runs another round; then QEMU converges.
+    io.Event("STOP", json::object(), 300);
+    io.Event("MIGRATION", {{"status", "pre-switchover"}}, 300);
+    io.Return(io.Expect("query-migrate"), {{"status", "pre-switchover"}, {"ram", {{"remaining", 0}}}});
+    io.Return(io.Expect("migrate-continue"), json::object());
+    io.DrainUntilClosed();
+  });
+  auto guest = QemuGuest::AttachSource(file.Open(DeviceRole::kSource), Options(), AdoptOrDie(peer));
+  ASSERT_TRUE(guest.ok()) << guest.status().ToString();
+  QemuGuest& g = **guest;
+  ASSERT_TRUE(g.SetPeerSetupNote("unix:/tmp/gm-in.sock").ok());
+  ASSERT_TRUE(g.SetState(DeviceState::kPreCopy).ok());
+  g.OnSourcePhase(Phase::kRoundEnd, 0);
+  EXPECT_FALSE(g.MaySwitch()) << "QEMU has not paused the guest: hold";
+  bool go = false;
+  for (int i = 0; i < 40 && !go; ++i) go = g.MaySwitch();
+  ASSERT_TRUE(go);
+  ASSERT_TRUE(g.SetState(DeviceState::kStopCopy).ok());
+  EXPECT_EQ(g.State(), DeviceState::kStopCopy);
+  guest->reset();
   ExpectNoFailures(peer);
 }
 
