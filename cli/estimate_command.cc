@@ -2,6 +2,7 @@
 
 #include "cli/print.h"
 #include "cli/projection_print.h"
+#include "cli/qemu_estimate.h"
 
 #include <algorithm>
 #include <thread>
@@ -78,6 +79,12 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
       ->capture_default_str();
   c->add_option("--warmup", f.warmup, "Let the workload run this long before observing")->capture_default_str();
   c->add_flag("--recalibrate", f.recalibrate, "Measure the fixed switchover cost and in-process bandwidth again");
+  c->add_option("--qemu", f.qemu,
+                "The QEMU VM (its QMP socket) whose device memory --device shm:PATH is: also measure its guest RAM and "
+                "dirty rate over QMP (no migration is started) and predict the guest-visible stun");
+  c->add_option("--qemu-dirty-sample", f.qemu_dirty_sample,
+                "With --qemu: how long QEMU samples the guest's RAM dirty rate (whole seconds)")
+      ->capture_default_str();
   c->add_flag("--json", f.json, "Print one JSON object on stdout");
   return c;
 }
@@ -197,6 +204,28 @@ std::string Range(double lo, double mid, double hi, const char* unit) {
 
 }  // namespace
 
+namespace {
+
+// The memory moved beside the device (a QEMU guest's RAM) and what it does to the stun.
+void PrintBeside(FILE* out, const EstimateReport& r) {
+  const BesideMemory& b = r.params.beside;
+  const ModelRun& m = r.prediction.mid;
+  Print(out, "  beside:     {} {}, dirtied at {}, shares the link ({:.0f}% while both send)\n", b.name,
+        FormatBytes(b.bytes), FormatRate(b.dirty_bytes_per_s), b.link_share * 100);
+  if (m.beside_paused_first) {
+    Print(out, "              its first pass ends first: the guest pauses and stays stopped {:.0f} ms until the "
+               "device's round ends\n",
+          m.stopped_before_switchover_ms);
+  } else {
+    Print(out, "              the engine's rule says go first; then {:.0f} ms until the guest pauses (running)\n",
+          m.converge_ms);
+  }
+  Print(out, "              {} of it sent, {} during the stun; the device's final round alone: {:.1f} ms\n",
+        FormatBytes(m.beside_bytes), FormatBytes(m.beside_final_bytes), m.device_stun_ms);
+}
+
+}  // namespace
+
 void PrintEstimate(FILE* out, const EstimateReport& r) {
   const Prediction& p = r.prediction;
   Print(out, "gpumigrate estimate: {}\n", EstimateDecisionName(p.decision));
@@ -232,13 +261,15 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
                FormatRate(rp.codecs.shuffle_bytes_per_s), rp.codec, rp.compression_ratio);
   }
   Print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(),
-             StopReasonName(p.mid.stop_reason));
+             p.mid.beside_paused_first ? std::string_view("QEMU paused the guest") : StopReasonName(p.mid.stop_reason));
   Print(out, "  {:>6}  {:>12}  {:>10}\n", "round", "bytes", "ms");
   for (const auto& x : p.mid.rounds) {
     Print(out, "  {:>6}  {:>12}  {:>10.1f}\n", x.round, FormatBytes(x.bytes), x.seconds * 1e3);
   }
   Print(out, "  {:>6}  {:>12}  {:>10.1f}  (stunned)\n", "final", FormatBytes(p.mid.final_bytes), p.mid.stun_ms);
-  Print(out, "  stun:       {}\n", Range(p.stun_low_ms, p.mid.stun_ms, p.stun_high_ms, "ms"));
+  if (r.params.beside.bytes > 0) PrintBeside(out, r);
+  Print(out, "  stun:       {}{}\n", Range(p.stun_low_ms, p.mid.stun_ms, p.stun_high_ms, "ms"),
+        r.params.beside.bytes > 0 ? " guest-visible" : "");
   Print(out, "  total:      {}\n", Range(p.total_low_ms / 1e3, p.mid.total_ms / 1e3, p.total_high_ms / 1e3, "s"));
   Print(out, "  assumptions:\n");
   for (const auto& a : r.assumptions) Print(out, "    - {}\n", a);
@@ -282,6 +313,7 @@ int RunProjectionTable(const EstimateFlags& f, const EstimateOptions& o, Device&
 }  // namespace
 
 int RunEstimate(const EstimateFlags& f) {
+  if (!f.qemu.empty() || f.device.rfind("shm:", 0) == 0) return RunQemuEstimate(f);
   auto opts = MakeEstimateOptions(f);
   auto warmup = ParseDuration(f.warmup);
   if (!opts.ok() || !warmup.ok()) {

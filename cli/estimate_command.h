@@ -40,6 +40,8 @@ struct EstimateFlags {
   std::string codec = "none";
   bool recalibrate = false;
   bool json = false;
+  std::string qemu;                 // --qemu SRC.qmp: the VM whose device memory --device shm:PATH is
+  std::string qemu_dirty_sample = "1s";
 };
 
 CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& flags);

@@ -114,6 +114,37 @@ Status TargetBandwidth(const EstimateOptions& o, EstimateReport& r) {
   return Status::Ok();
 }
 
+// What the model does with memory moved beside the device (estimator.h), in words.
+void BesideAssumptions(const ModelParams& p, std::vector<std::string>& out) {
+  const BesideMemory& m = p.beside;
+  out.push_back(fmt::format(
+      "{}: {} moved by its own migration beside the device over the same link, dirtied at {} over one {:.0f} s "
+      "window; its dirty bytes in a shorter window t are taken as rate x t (low and mid: a set rewritten faster is "
+      "under-counted) or as the whole window's (high), capped at its size; every page counts in full (no zero-page "
+      "or compression savings)",
+      m.name, FormatBytes(m.bytes), FormatRate(m.dirty_bytes_per_s), m.dirty_window_s));
+  out.push_back(fmt::format(
+      "the {} starts when the device's round 0 ends (the hook starts QEMU there); while both send, the {} gets "
+      "{:.0f}% of the bandwidth and the device the rest; alone, either gets all of it (the bandwidth of the device's "
+      "data: QEMU's own speed is not measured)",
+      m.name, m.name, m.link_share * 100));
+  out.push_back(fmt::format(
+      "QEMU 7.2 (downtime-limit held at 0 until the engine's rule says go) pauses the guest by itself once its {}'s "
+      "first pass is sent; the engine then cuts its current round short and sends the rest in the stun (modelled)",
+      m.name));
+  out.push_back(fmt::format(
+      "when the engine's rule says go first, the switchover is held (the device runs further rounds) while the {}'s "
+      "backlog (unsent first pass plus what was dirtied since) shrinks at bandwidth - dirty rate to the "
+      "downtime-limit threshold ({:.0f} ms x bandwidth) and QEMU sends on for up to 100 ms more (its threshold is "
+      "recomputed every 100 ms); the device's final round carries one round's dirtying (at least 100 ms)",
+      m.name, std::chrono::duration<double, std::milli>(p.downtime_target).count()));
+  out.push_back(fmt::format(
+      "the guest-visible stun: the device's final round and the {}'s remainder share the link ((both) / bandwidth + "
+      "the fixed cost); not modelled: QEMU's own device-state save and load, the destination's `cont`, QEMU's "
+      "iteration and dirty-sync granularity",
+      m.name));
+}
+
 }  // namespace
 
 Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const EstimateOptions& o,
@@ -145,6 +176,10 @@ Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const 
       "growth rate",
       r.measured.sample_s));
   if (!o.target) CalibratedCodecs(o, r);
+  if (o.beside.bytes > 0) {
+    p.beside = o.beside;
+    BesideAssumptions(p, r.assumptions);
+  }
   r.prediction = Predict(r.modelled, p);
   return r;
 }
@@ -157,16 +192,28 @@ Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, 
 
 namespace {
 
-nlohmann::ordered_json RunJson(const ModelRun& m) {
+nlohmann::ordered_json BesideJson(const ModelRun& m) {
+  return {{"device_stun_ms", m.device_stun_ms},
+          {"bytes", std::llround(m.beside_bytes)},
+          {"final_bytes", std::llround(m.beside_final_bytes)},
+          {"paused_first", m.beside_paused_first},
+          {"stopped_before_switchover_ms", m.stopped_before_switchover_ms},
+          {"converge_ms", m.converge_ms},
+          {"policy_reason", m.policy_reason}};
+}
+
+nlohmann::ordered_json RunJson(const ModelRun& m, bool beside) {
   nlohmann::ordered_json rounds = nlohmann::ordered_json::array();
   for (const auto& x : m.rounds) {
     rounds.push_back({{"round", x.round}, {"bytes", std::llround(x.bytes)}, {"ms", x.seconds * 1e3}});
   }
-  return {{"rounds", rounds},
-          {"final_bytes", std::llround(m.final_bytes)},
-          {"stun_ms", m.stun_ms},
-          {"total_ms", m.total_ms},
-          {"stop_reason", std::string(StopReasonName(m.stop_reason))}};
+  nlohmann::ordered_json j = {{"rounds", rounds},
+                              {"final_bytes", std::llround(m.final_bytes)},
+                              {"stun_ms", m.stun_ms},
+                              {"total_ms", m.total_ms},
+                              {"stop_reason", std::string(StopReasonName(m.stop_reason))}};
+  if (beside) j["beside"] = BesideJson(m);
+  return j;
 }
 
 }  // namespace
@@ -179,7 +226,8 @@ std::string EstimateToJson(const EstimateReport& r) {
   j["predicted_stun_range_ms"] = {p.stun_low_ms, p.stun_high_ms};
   j["predicted_total_ms"] = p.mid.total_ms;
   j["predicted_total_range_ms"] = {p.total_low_ms, p.total_high_ms};
-  j["predicted_rounds"] = RunJson(p.mid)["rounds"];
+  const bool beside = r.params.beside.bytes > 0;
+  j["predicted_rounds"] = RunJson(p.mid, false)["rounds"];
   j["stop_reason"] = std::string(StopReasonName(p.mid.stop_reason));
   j["explanation"] = p.explanation;
   j["device"] = r.modelled.device;
@@ -228,8 +276,18 @@ std::string EstimateToJson(const EstimateReport& r) {
                        {"dirty_working_set", w}});
   }
   j["regions"] = regions;
-  j["model_low"] = RunJson(p.low);
-  j["model_high"] = RunJson(p.high);
+  if (beside) {
+    const BesideMemory& b = r.params.beside;
+    j["beside"] = {{"name", b.name},
+                   {"bytes", std::llround(b.bytes)},
+                   {"dirty_bytes_per_s", b.dirty_bytes_per_s},
+                   {"dirty_window_s", b.dirty_window_s},
+                   {"page_bytes", b.page_bytes},
+                   {"link_share", b.link_share},
+                   {"predicted", BesideJson(p.mid)}};
+  }
+  j["model_low"] = RunJson(p.low, beside);
+  j["model_high"] = RunJson(p.high, beside);
   j["assumptions"] = r.assumptions;
   j["calibration"] = {{"path", r.calibration_path}, {"measured_at", r.calibration_time},
                       {"measured_now", r.calibrated_now}};

@@ -29,9 +29,154 @@ double DirtyWireBytes(const DeviceProfile& p, double t, WorkingSetCurve::Bound b
   return sum;
 }
 
+// The engine's own bandwidth sample (session/source.cc MeasuredBandwidth): the
+// latest rounds, back to at least 64 MiB.
+double EngineBandwidth(const std::vector<PredictedRound>& rounds) {
+  double bytes = 0, s = 0;
+  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
+    bytes += it->bytes;
+    s += it->seconds;
+    if (bytes >= 64.0 * (1 << 20)) break;
+  }
+  return s > 0 ? bytes / s : 0;
+}
+
+double Round0WireBytes(const DeviceProfile& p) {
+  double round0 = 0;
+  for (const auto& r : p.regions) {
+    round0 += static_cast<double>(r.info.size_bytes) * r.nonzero_fraction / r.compression_ratio;
+  }
+  return round0;
+}
+
+ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw);
+
+// BesideMemory's timeline (estimator.h): the device's rounds and the mover's
+// first pass share the link; whoever says go first decides how the stun goes.
+ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
+  const BesideMemory& m = params.beside;
+  const double ram = m.bytes;
+  const double rate = std::max(0.0, m.dirty_bytes_per_s);
+  const double share = std::clamp(m.link_share, 0.01, 0.99);
+  const double fixed_s = std::chrono::duration<double>(params.fixed_cost).count();
+  const double target_s = std::chrono::duration<double>(params.downtime_target).count();
+  const double state = static_cast<double>(p.device_state_bytes);
+  // One measured window: rate x t in the low and mid runs; the high run takes the
+  // whole window's dirty set for any shorter window too (W(t) <= W(T) for t <= T:
+  // a hot set may be rewritten well within the window).
+  const double window_floor_s = w == WorkingSetCurve::Bound::kHigh ? std::max(0.0, m.dirty_window_s) : 0.0;
+  auto ram_dirtied = [&](double window_s) { return std::min(ram, rate * std::max(window_s, window_floor_s)); };
+
+  ModelRun run;
+  double left = ram;     // the mover's first pass still to send
+  double elapsed = 0;    // since the device's pre-copy started
+  double mover_start = -1;  // the mover starts when the device's round 0 ends (the QEMU hook)
+  double device_bytes = Round0WireBytes(p);
+  PolicyInput in;
+  in.device_state_bytes = p.device_state_bytes;
+  in.limits = params.Limits();
+  for (uint32_t round = 0;; ++round) {
+    // One device round; from round 1 on beside the mover's first pass, which may
+    // finish mid-round. Round 0 (the device's bulk) has the link to itself.
+    const bool beside = mover_start >= 0;
+    const double device_rate = beside ? bw * (1 - share) : bw, ram_rate = bw * share;
+    const double t_dev = device_bytes / device_rate, t_ram = beside ? left / ram_rate : t_dev + 1;
+    double secs = t_dev;
+    const bool paused = beside && t_ram <= t_dev;
+    if (paused) {
+      secs = t_ram;  // QEMU pauses the guest: the engine cuts this round short (switch_now)
+      left = 0;
+    } else if (beside) {
+      left -= ram_rate * t_dev;
+    }
+    const double round_start = elapsed;
+    run.rounds.push_back({round, paused ? device_rate * t_ram : device_bytes, secs});
+    elapsed += secs;
+    if (!beside) mover_start = elapsed;
+    in.bandwidth_bytes_per_s = EngineBandwidth(run.rounds);
+
+    if (paused) {
+      // The mover sent its first pass and QEMU paused the guest by itself: the
+      // round is cut there and everything it had not sent, plus what the device
+      // dirtied meanwhile, goes in the final round.
+      const double device_final = (device_bytes - device_rate * t_ram) + DirtyWireBytes(p, elapsed - round_start, w) + state;
+      run.beside_final_bytes = ram_dirtied(elapsed - mover_start);
+      run.beside_bytes = ram + run.beside_final_bytes;
+      run.beside_paused_first = true;
+      run.stopped_before_switchover_ms = 0;
+      run.final_bytes = device_final;
+      run.device_stun_ms = PredictStunMs(static_cast<uint64_t>(device_final), in.bandwidth_bytes_per_s,
+                                         params.fixed_cost);
+      const double final_s = (device_final + run.beside_final_bytes) / bw + fixed_s;
+      run.stun_ms = final_s * 1e3;
+      run.total_ms = (elapsed + final_s) * 1e3;
+      run.switches = true;
+      run.stop_reason = StopReason::kNone;
+      run.policy_reason = fmt::format(
+          "the {}'s first pass is sent {:.0f} ms after the device's round 0 and QEMU pauses the guest by itself "
+          "(downtime-limit held at 0; QEMU 7.2 has no switchover-ack): the engine cuts round {} short and switches over",
+          m.name, (elapsed - mover_start) * 1e3, round);
+      return run;
+    }
+
+    const double dirty = DirtyWireBytes(p, secs, w);
+    in.dirty_bytes_history.push_back(static_cast<uint64_t>(dirty));
+    in.rounds_done = round + 1;
+    PolicyResult d = DecideSwitchover(in);
+    if (d.decision == Decision::kContinue && round + 1 < 10000) {
+      device_bytes = dirty;
+      continue;
+    }
+    run.switches = d.decision == Decision::kSwitchover;
+    run.stop_reason = d.stop;
+    run.policy_reason = d.reason;
+    run.device_stun_ms = d.predicted_stun_ms;
+    // The engine said go: the mover gets the whole link and converges while the
+    // guest runs, until its backlog fits the downtime-limit's threshold.
+    if (mover_start < 0) mover_start = elapsed;  // the rule said go after round 0: QEMU starts now
+    const double sent = ram - left;
+    const double backlog = left + std::min(ram_dirtied(elapsed - mover_start), sent);
+    const double threshold = bw * target_s;
+    double converge_s = 0;
+    run.beside_final_bytes = std::min(backlog, threshold);
+    if (backlog > threshold && rate >= bw) {
+      // Never within the threshold: the hook would give up after its converge
+      // timeout. The stun shown is a stop-and-copy of the backlog.
+      run.switches = false;
+      run.stop_reason = StopReason::kNotShrinking;
+      run.policy_reason = fmt::format("{} cannot converge: it is dirtied at {}, as fast as the link carries it ({})",
+                                      m.name, FormatRate(rate), FormatRate(bw));
+      run.beside_final_bytes = backlog;
+    } else {
+      if (backlog > threshold) converge_s = (backlog - threshold) / (bw - rate);
+      // QEMU recomputes its threshold from its measured bandwidth only every
+      // 100 ms (BUFFER_DELAY): it sends on that long before its rule lets it pause.
+      const double lag_s = std::min(0.1, run.beside_final_bytes / bw);
+      run.beside_final_bytes = std::max(0.0, run.beside_final_bytes - bw * lag_s) + ram_dirtied(lag_s);
+      converge_s += lag_s;
+    }
+    run.converge_ms = converge_s * 1e3;
+    run.beside_bytes = sent + bw * converge_s + run.beside_final_bytes;
+    // The switchover is held meanwhile, the device running further rounds: its
+    // final round carries about one round's dirtying (at least the 100 ms hold step).
+    run.final_bytes = DirtyWireBytes(p, std::min(secs + converge_s, std::max(secs, 0.1)), w) + state;
+    const double final_s = (run.final_bytes + run.beside_final_bytes) / bw + fixed_s;
+    run.stun_ms = final_s * 1e3;
+    run.total_ms = (elapsed + converge_s + final_s) * 1e3;
+    return run;
+  }
+}
+
 }  // namespace
 
 ModelRun RunModel(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
+  if (params.beside.bytes > 0 && bw > 0) return RunWithBeside(p, params, w, bw);
+  return RunDeviceOnly(p, params, w, bw);
+}
+
+namespace {
+
+ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
   ModelRun run;
   double round0 = 0;
   for (const auto& r : p.regions) {
@@ -64,6 +209,8 @@ ModelRun RunModel(const DeviceProfile& p, const ModelParams& params, WorkingSetC
     elapsed += t;
   }
 }
+
+}  // namespace
 
 Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
   using B = WorkingSetCurve::Bound;

@@ -74,12 +74,46 @@ struct SampleOptions {
 // options.sample. Uses and stops the device's dirty tracker.
 Result<DeviceProfile> ProfileDevice(Device& device, const SampleOptions& options, Clock& clock);
 
+// Memory another mover sends beside the device over the same link, e.g. a QEMU
+// guest's RAM, which QEMU migrates itself while the engine pre-copies the device
+// memory (gpumigrate/qemu.h). What the model does with it (RunModel):
+//
+//   pre-copy   the device's round 0 (its bulk) has the link alone; the mover's
+//              first pass (`bytes`) starts when it ends (the QEMU hook starts QEMU
+//              there) and shares the link with the device's dirty rounds: the mover
+//              gets `link_share` of it while both send.
+//   QEMU 7.2   with its downtime-limit held at 0, QEMU pauses the guest by itself
+//              as soon as its first pass is done; the engine then cuts its current
+//              round short (switch_now): the rest of that round and what the device
+//              dirtied in it go in the final round.
+//   otherwise  when the engine's rule says go first, the switchover is held (the
+//              device runs further rounds) while the mover, on the whole link,
+//              converges (guest running): its backlog, the unsent first pass plus
+//              the memory dirtied since it started (dirty rate x elapsed, capped;
+//              see dirty_window_s), shrinks at link - dirty rate until it is within
+//              downtime_target x link; QEMU sends on for up to 100 ms more (it
+//              recomputes that threshold every 100 ms), then the guest stops.
+//   stun       the device's final round (about one round's dirtying, at least the
+//              hold's 100 ms step) and the mover's remainder share the link: the
+//              guest is stopped for (both) / bandwidth + fixed cost.
+// `bytes` 0: no such memory; the model is exactly the device-only one.
+struct BesideMemory {
+  std::string name = "memory beside the device";
+  double bytes = 0;                 // the mover's first pass
+  double dirty_bytes_per_s = 0;     // unique bytes dirtied per second, measured over one window:
+  double dirty_window_s = 0;        // its length; the pessimistic (high) run assumes that window's
+                                    // dirty set also for shorter windows (0: rate x t in every run)
+  uint64_t page_bytes = 4096;
+  double link_share = 0.5;          // the mover's share of the link while the device sends too
+};
+
 struct ModelParams {
   double bandwidth_low = 0, bandwidth_mid = 0, bandwidth_high = 0;  // bytes/s
   std::chrono::nanoseconds fixed_cost{0};
   std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
   std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
   uint32_t max_rounds = 30;
+  BesideMemory beside;
   SwitchoverLimits Limits() const { return {downtime_target, max_stun, fixed_cost, max_rounds, false}; }
 };
 
@@ -100,6 +134,13 @@ struct ModelRun {
   StopReason stop_reason = StopReason::kNone;  // why the rule stopped iterating
   bool switches = false;               // the engine's rule would switch over
   std::string policy_reason;
+  // With BesideMemory (else zero): stun_ms and total_ms are the guest's, and
+  double device_stun_ms = 0;           // what the engine's rule predicted for the device alone
+  double beside_bytes = 0;             // everything the mover sends: first pass, re-sends, remainder
+  double beside_final_bytes = 0;       // its remainder, sent during the stun
+  double converge_ms = 0;              // engine said go -> the mover paused the guest (guest running)
+  double stopped_before_switchover_ms = 0;  // the mover paused first: guest stopped while the round ends
+  bool beside_paused_first = false;    // the mover paused the guest before the engine's rule said go
 };
 
 struct Prediction {
@@ -137,6 +178,7 @@ struct EstimateOptions {
   // link_bytes_per_s.
   std::optional<TargetSpec> target;
   bool recalibrate = false;
+  BesideMemory beside;          // bytes 0: none (e.g. `estimate --qemu` sets the guest's RAM)
 };
 
 struct EstimateReport {

@@ -129,4 +129,39 @@ class QemuGuest : public Device {
   virtual QemuFigures Figures() = 0;
 };
 
+// `gpumigrate estimate --qemu`: what QEMU's own migration would move beside the
+// device memory, measured over QMP without migrating (the guest keeps running).
+//
+//   RAM   query-memory-size-summary (base + plugged) minus the share=on backends
+//         (query-memdev) when they are part of that memory (NUMA nodes: the
+//         backends add up to it); x-ignore-shared leaves every share=on block out
+//         of QEMU's stream. ROM blocks (about 0.5 MiB) are not counted.
+//   dirty calc-dirty-rate {"mode":"page-sampling"} (the only mode that does not
+//         crash QEMU 7.2 under TCG, QEMU-FACTS.md §5), then query-dirty-rate until
+//         "measured". QEMU hashes sampled pages of every RAM block, the shared
+//         ones included, and reports whole MiB/s: the caller subtracts what it
+//         measured itself in the shared blocks over the same window.
+struct QemuRamProfile {
+  std::string qemu_version;
+  uint64_t machine_bytes = 0;       // base + plugged memory
+  uint64_t shared_bytes = 0;        // share=on memory backends
+  bool shared_in_machine = false;   // ... counted in machine_bytes (NUMA nodes)
+  uint64_t ram_bytes = 0;           // what QEMU's stream carries
+  uint64_t page_bytes = 4096;
+  double vm_dirty_bytes_per_s = 0;  // QEMU's estimate over every RAM block (shared ones too)
+  double sample_s = 0;              // calc-time
+  uint32_t sample_pages_per_gib = 0;
+};
+
+// Checks the QEMU runs and is not migrating, reads its memory layout and starts
+// calc-dirty-rate for `sample` (whole seconds, 1 to 60). Returns at once: QEMU
+// samples in its own thread while the caller measures the device.
+Result<QemuRamProfile> StartQemuRamProfile(QmpClient& qmp, std::chrono::seconds sample,
+                                           std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+// Polls query-dirty-rate until "measured" (at most `wait`) and fills the dirty rate.
+Status FinishQemuRamProfile(QmpClient& qmp, QemuRamProfile& profile, std::chrono::milliseconds wait,
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(10000));
+// Both, for a caller with nothing to measure meanwhile.
+Result<QemuRamProfile> MeasureQemuRam(QmpClient& qmp, std::chrono::seconds sample);
+
 }  // namespace gpumigrate

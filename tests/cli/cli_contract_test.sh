@@ -99,7 +99,7 @@ contains "report shows the destination self-check" "$tmp/human" "self-check of a
 # estimate: a dry run that only observes; calibration goes to a scratch file.
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
 "$bin" help estimate >"$tmp/he" 2>&1; check "help estimate" 0 $?
-for opt in --device --link --sample --max-stun --project --json; do
+for opt in --device --link --sample --max-stun --project --json --qemu --qemu-dirty-sample; do
   contains "help estimate describes $opt" "$tmp/he" "$opt"
 done
 "$bin" estimate --device "$small" --sample 300ms --warmup 50ms --link 1Gbit --json >"$tmp/est.json" 2>/dev/null
