@@ -29,16 +29,9 @@ double DirtyWireBytes(const DeviceProfile& p, double t, WorkingSetCurve::Bound b
   return sum;
 }
 
-// The engine's own bandwidth sample (session/source.cc MeasuredBandwidth): the
-// latest rounds, back to at least 64 MiB.
 double EngineBandwidth(const std::vector<PredictedRound>& rounds) {
-  double bytes = 0, s = 0;
-  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
-    bytes += it->bytes;
-    s += it->seconds;
-    if (bytes >= 64.0 * (1 << 20)) break;
-  }
-  return s > 0 ? bytes / s : 0;
+  return RecentBandwidth(
+      rounds, [](const PredictedRound& r) { return r.bytes; }, [](const PredictedRound& r) { return r.seconds; });
 }
 
 double Round0WireBytes(const DeviceProfile& p) {

@@ -42,18 +42,6 @@ v1::RegionHint ToWire(RegionHint h) {
   }
 }
 
-// End-to-end bandwidth of the most recent rounds, enough of them to make 64 MiB
-// (or all of them): recent rounds see the conditions the stun will see.
-double MeasuredBandwidth(const std::vector<RoundReport>& rounds) {
-  double bytes = 0, ms = 0;
-  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
-    bytes += static_cast<double>(it->bytes);
-    ms += it->ms;
-    if (bytes >= 64.0 * (1 << 20)) break;
-  }
-  return ms > 0 ? bytes / (ms / 1e3) : 0;
-}
-
 // What the SaveCleanup hook is told: a completed session's fate maps onto the
 // hook's three cases (device.h): released like a migrated source, running on
 // like a rolled-back one, or held stopped like an in-doubt one.
@@ -585,7 +573,8 @@ Status Source::PreCopy() {
     uint64_t dirty = 0;
     GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
-    report_.bandwidth_bytes_per_s = MeasuredBandwidth(report_.rounds);
+    report_.bandwidth_bytes_per_s = RecentBandwidth(
+        report_.rounds, [](const RoundReport& r) { return r.bytes; }, [](const RoundReport& r) { return r.ms / 1e3; });
     GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size()) - held));
     if (decision_.decision == Decision::kContinue && opt_.switch_now && (switch_now_ || opt_.switch_now())) {
       decision_.decision = Decision::kSwitchover;

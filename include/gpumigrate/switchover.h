@@ -52,4 +52,19 @@ struct PolicyResult {
 PolicyResult DecideSwitchover(const PolicyInput& in);
 double PredictStunMs(uint64_t bytes, double bandwidth_bytes_per_s, std::chrono::nanoseconds fixed_cost);
 
+// The engine's bandwidth sample for the rule: bytes over time of the most
+// recent rounds, back to at least 64 MiB (or all of them): recent rounds see the
+// conditions the stun will see. `bytes_of(r)` and `seconds_of(r)` read a round;
+// the session and the estimator's model both use it, so they sample alike.
+template <class Round, class BytesOf, class SecondsOf>
+double RecentBandwidth(const std::vector<Round>& rounds, BytesOf bytes_of, SecondsOf seconds_of) {
+  double bytes = 0, seconds = 0;
+  for (auto it = rounds.rbegin(); it != rounds.rend(); ++it) {
+    bytes += static_cast<double>(bytes_of(*it));
+    seconds += static_cast<double>(seconds_of(*it));
+    if (bytes >= 64.0 * (1 << 20)) break;
+  }
+  return seconds > 0 ? bytes / seconds : 0;
+}
+
 }  // namespace gpumigrate
