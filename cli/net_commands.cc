@@ -148,6 +148,11 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.dry_run = f.dry_run;
   o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
   if (Status q = CheckQemuUse(f.qemu, f.device, true); !q.ok()) return Usage("migrate", q);
+  if (f.dry_run && !f.qemu.qmp.empty()) {
+    return Usage("migrate", InvalidArgument("--dry-run with --qemu would start QEMU's own migration, which pauses "
+                                            "the guest and ends the destination QEMU: use `gpumigrate estimate --qemu` "
+                                            "to predict without moving anything"));
+  }
   auto opened = OpenDevice(f.device, true);
   if (!opened.ok()) return Usage("migrate", opened.status());
   ProgressPrinter progress(stderr);

@@ -96,4 +96,30 @@ void FillFromQuery(QmpClient& qmp, std::chrono::milliseconds timeout, QemuFigure
   if (auto s = qmp.QueryStatus(timeout); s.ok()) f.run_state = s->status;
 }
 
+Result<MigrationSettings> SaveMigrationSettings(QmpClient& qmp, std::chrono::milliseconds timeout) {
+  MigrationSettings m;
+  GM_ASSIGN_OR_RETURN(nlohmann::json caps, qmp.Execute("query-migrate-capabilities", nullptr, timeout));
+  for (const auto& c : caps) {
+    const std::string name = c.value("capability", std::string());
+    if (name == "events" || name == "return-path" || name == "x-ignore-shared" || name == "pause-before-switchover") {
+      m.capabilities.emplace_back(name, c.value("state", false));
+    }
+  }
+  GM_ASSIGN_OR_RETURN(nlohmann::json params, qmp.Execute("query-migrate-parameters", nullptr, timeout));
+  for (const char* key : {"downtime-limit", "max-bandwidth"}) {
+    if (params.contains(key)) m.parameters[key] = params[key];
+  }
+  m.saved = true;
+  return m;
+}
+
+Status RestoreMigrationSettings(QmpClient& qmp, MigrationSettings& settings, std::chrono::milliseconds timeout) {
+  if (!settings.saved || !qmp.connected()) return Status::Ok();
+  Status caps = settings.capabilities.empty() ? Status::Ok() : qmp.SetMigrationCapabilities(settings.capabilities, timeout);
+  Status params = settings.parameters.empty() ? Status::Ok() : qmp.SetMigrationParameters(settings.parameters, timeout);
+  if (caps.ok() && params.ok()) settings.saved = false;  // restored once
+  return !caps.ok() ? caps.WithContext("restoring QEMU's migration capabilities")
+                    : params.WithContext("restoring QEMU's migration parameters");
+}
+
 }  // namespace gpumigrate::qemu

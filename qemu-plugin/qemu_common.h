@@ -7,6 +7,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gpumigrate/qemu.h"
 #include "gpumigrate/qmp.h"
@@ -37,5 +39,17 @@ std::string MigrationErrorDesc(QmpClient& qmp, std::chrono::milliseconds timeout
 void FillFromQuery(QmpClient& qmp, std::chrono::milliseconds timeout, QemuFigures& f);
 
 std::string VersionText(const QemuVersion& v);
+
+// The migration capabilities and parameters the hook changes, as they were
+// before, so that a QEMU the hook gives back migrates as its owner configured it
+// (a leftover x-ignore-shared would silently skip the device memory).
+struct MigrationSettings {
+  std::vector<std::pair<std::string, bool>> capabilities;
+  nlohmann::json parameters = nlohmann::json::object();  // downtime-limit, max-bandwidth
+  bool saved = false;
+};
+Result<MigrationSettings> SaveMigrationSettings(QmpClient& qmp, std::chrono::milliseconds timeout);
+// Best effort, never while QEMU migrates (it refuses); says what failed.
+Status RestoreMigrationSettings(QmpClient& qmp, MigrationSettings& settings, std::chrono::milliseconds timeout);
 
 }  // namespace gpumigrate::qemu

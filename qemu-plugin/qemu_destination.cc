@@ -32,6 +32,7 @@ class QemuDestination final : public qemu::Forwarding<QemuGuest> {
                                             opt_.qmp_path, rs.status));
     }
     if (opt_.require_paused_start) GM_RETURN_IF_ERROR(qemu::CheckStartedPaused(*qmp_));
+    GM_ASSIGN_OR_RETURN(saved_, qemu::SaveMigrationSettings(*qmp_, opt_.command_timeout));
     return qemu::SetHookCapabilities(*qmp_, false, opt_.command_timeout);
   }
 
@@ -74,8 +75,14 @@ class QemuDestination final : public qemu::Forwarding<QemuGuest> {
     GM_RETURN_IF_ERROR(inner().SetState(DeviceState::kRunning));
     GM_RETURN_IF_ERROR(qmp_->Cont(opt_.command_timeout).WithContext("destination QEMU: cont"));
     auto resume = qmp_->WaitEvent("RESUME", opt_.command_timeout);
-    if (!resume.ok()) return resume.status().WithContext("destination QEMU: waiting for RESUME after cont");
-    fig_.resume_unix_s = static_cast<double>(resume->qemu_time.count()) / 1e6;
+    if (resume.ok()) {
+      fig_.resume_unix_s = static_cast<double>(resume->qemu_time.count()) / 1e6;
+    } else if (auto rs = qmp_->QueryStatus(opt_.command_timeout); !rs.ok() || !rs->running) {
+      // Only a guest known not to run may be reported as not running.
+      return resume.status().WithContext("destination QEMU: waiting for RESUME after cont");
+    }
+    // The guest runs here: the settings were for this incoming migration only.
+    (void)qemu::RestoreMigrationSettings(*qmp_, saved_, opt_.command_timeout);
     return Status::Ok();
   }
 
@@ -91,6 +98,7 @@ class QemuDestination final : public qemu::Forwarding<QemuGuest> {
   QemuHookOptions opt_;
   std::unique_ptr<QmpClient> qmp_;
   bool listening_ = false;
+  qemu::MigrationSettings saved_;
   QemuFigures fig_;
 };
 

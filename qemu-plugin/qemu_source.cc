@@ -25,6 +25,9 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
       : Forwarding(std::move(device)), opt_(std::move(options)), qmp_(std::move(qmp)) {
     fig_.side = "source";
   }
+  // Whatever the outcome, QEMU keeps its owner's migration settings afterwards
+  // (refused by QEMU, harmlessly, while a migration it could not cancel runs).
+  ~QemuSource() override { (void)qemu::RestoreMigrationSettings(*qmp_, saved_, opt_.command_timeout); }
 
   Status Prepare() {
     GM_ASSIGN_OR_RETURN(QmpRunState rs, qmp_->QueryStatus(opt_.command_timeout));
@@ -36,6 +39,7 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
     if (status != "none" && status != "completed" && status != "cancelled" && status != "failed") {
       return FailedPrecondition(fmt::format("source QEMU at {} is already migrating ({})", opt_.qmp_path, status));
     }
+    GM_ASSIGN_OR_RETURN(saved_, qemu::SaveMigrationSettings(*qmp_, opt_.command_timeout));
     GM_RETURN_IF_ERROR(qemu::SetHookCapabilities(*qmp_, true, opt_.command_timeout));
     // Held at 0 ms: QEMU pauses for the switchover only once its RAM is fully sent,
     // until the engine raises it (SetState(STOP_COPY)).
@@ -178,6 +182,16 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
                                      "QEMU pausing the guest at pre-switchover");
     }
     fig_.converge_wait_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - released_at_).count();
+    if (!st.ok() && st.status().code() == StatusCode::kDeadlineExceeded) {
+      uint64_t remaining = 0;
+      if (auto q = qmp_->QueryMigrate(opt_.command_timeout); q.ok() && q->contains("ram")) {
+        remaining = (*q)["ram"].value("remaining", uint64_t{0});
+      }
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("source QEMU did not pause the guest for the switchover within "
+                                "--qemu-converge-timeout ({} s): {} MiB of the guest's RAM still to send",
+                                opt_.converge_timeout.count() / 1000, remaining >> 20));
+    }
     if (!st.ok()) return st.status().WithContext("source QEMU");
     if (*st != "pre-switchover") {
       return Aborted(fmt::format("source QEMU's migration {} before the switchover: {}", *st,
@@ -201,6 +215,7 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
   }
 
   Status StartRam() {
+    attempted_ = true;  // a timed-out reply may still have started it: roll back either way
     Status s = qmp_->Migrate(uri_, opt_.command_timeout);
     if (!s.ok()) {
       failed_ = true;
@@ -228,7 +243,7 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
   // (it resumes the guest); QEMU done (the final round failed after it): `cont`.
   Status RollBack() {
     Status dev = inner().SetState(DeviceState::kRunning);
-    Status guest = started_ ? GiveGuestBack() : Status::Ok();
+    Status guest = attempted_ ? GiveGuestBack() : Status::Ok();
     if (!dev.ok()) return dev;
     return guest;
   }
@@ -258,7 +273,8 @@ class QemuSource final : public qemu::Forwarding<QemuGuest> {
   std::unique_ptr<QmpClient> qmp_;
   static constexpr Ms kHoldStep{100};  // how long MaySwitch waits for QEMU each held round
   std::string uri_;
-  bool started_ = false, released_ = false, paused_ = false, failed_ = false;
+  bool attempted_ = false, started_ = false, released_ = false, paused_ = false, failed_ = false;
+  qemu::MigrationSettings saved_;
   Status start_error_;
   std::string pause_status_;  // QEMU's MIGRATION status that ended MaySwitch's wait (consumed there)
   std::chrono::steady_clock::time_point released_at_{}, converge_deadline_{}, last_hold_note_{};

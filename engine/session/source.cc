@@ -301,6 +301,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
             hashes_.Set(i, p + k, pages.hashes()[k]);
           }
         }
+        tracker_->NoteSent(r.id, p, pages.hashes());  // a hashing tracker compares with what was sent
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);  // pages left set go in a later round
         done += n * ps;
         p += n;

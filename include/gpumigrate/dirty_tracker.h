@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "gpumigrate/bitmap.h"
@@ -24,6 +25,16 @@ class DirtyTracker {
   // `out.pages()` must equal the region's page count.
   virtual Status Sync(uint32_t region, DirtyBitmap& out) = 0;
   virtual Status Stop() = 0;
+  // The session tells the tracker what it sent: the XXH3-64 of each page of
+  // `region` from `first_page` on, as read for sending. A tracker that compares
+  // contents (page hashing) keeps these as the pages' last known contents, so a
+  // page written back to what an earlier sync saw (an ABA write after the send)
+  // is still found dirty. Trackers that see writes themselves ignore it.
+  virtual void NoteSent(uint32_t region, uint64_t first_page, std::span<const uint64_t> xxh3) {
+    (void)region;
+    (void)first_page;
+    (void)xxh3;
+  }
 };
 
 }  // namespace gpumigrate

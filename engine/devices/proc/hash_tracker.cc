@@ -2,6 +2,8 @@
 // the price of reading all tracked memory at each sync (XXH3-64, ~8 GB/s a core).
 // A write that lands while a page is hashed shows up in this sync or the next
 // (the stored hash is of whatever was read, so any later change differs from it).
+// Once the session has sent a page (NoteSent), the stored hash is that of what it
+// sent: a write back to the content of an earlier sync is still a change.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -37,6 +39,17 @@ class HashTracker : public DirtyTracker {
       return Scan(i, &out);
     }
     return InvalidArgument(fmt::format("hash: region {} is not tracked", region));
+  }
+
+  // What was sent becomes the comparison point: a later write that restores
+  // the content hashed at the previous sync is then still a change.
+  void NoteSent(uint32_t region, uint64_t first_page, std::span<const uint64_t> xxh3) override {
+    for (size_t i = 0; i < regions_.size(); ++i) {
+      if (regions_[i].id != region) continue;
+      std::vector<uint64_t>& h = hashes_[i];
+      for (size_t k = 0; k < xxh3.size() && first_page + k < h.size(); ++k) h[first_page + k] = xxh3[k];
+      return;
+    }
   }
 
   Status Stop() override {

@@ -37,6 +37,12 @@ class RoutingTracker : public DirtyTracker {
     }
     return InvalidArgument(fmt::format("region {} is not tracked", region));
   }
+  void NoteSent(uint32_t region, uint64_t first_page, std::span<const uint64_t> xxh3) override {
+    for (auto& [ids, t] : parts_) {
+      if (std::find(ids.begin(), ids.end(), region) != ids.end()) return t->NoteSent(region, first_page, xxh3);
+    }
+  }
+
   Status Stop() override {
     Status first;
     for (auto& p : parts_) {

@@ -54,11 +54,34 @@ QemuHookOptions Options() {
   return o;
 }
 
+// What the owner had configured: the hook saves it and puts it back.
+void SavedSettings(FakeQemuIo& io) {
+  io.Return(io.Expect("query-migrate-capabilities"),
+            json::array({{{"capability", "events"}, {"state", false}}, {{"capability", "xbzrle"}, {"state", true}},
+                         {{"capability", "x-ignore-shared"}, {"state", false}}}));
+  io.Return(io.Expect("query-migrate-parameters"), {{"downtime-limit", 300}, {"max-bandwidth", 134217728}});
+}
+
+// The restore: exactly the saved capabilities and parameters.
+void Restored(FakeQemuIo& io) {
+  json caps = io.Expect("migrate-set-capabilities");
+  const json want = json::array({{{"capability", "events"}, {"state", false}},
+                                 {{"capability", "x-ignore-shared"}, {"state", false}}});
+  if (caps["arguments"]["capabilities"] != want) io.Fail("capabilities not restored: " + caps.dump());
+  io.Return(caps, json::object());
+  json params = io.Expect("migrate-set-parameters");
+  if (params["arguments"] != json({{"downtime-limit", 300}, {"max-bandwidth", 134217728}})) {
+    io.Fail("parameters not restored: " + params.dump());
+  }
+  io.Return(params, json::object());
+}
+
 // The source's attach: running, not migrating, caps, downtime-limit held at 0.
 void SourceAttach(FakeQemuIo& io) {
   io.Handshake();
   io.Return(io.Expect("query-status"), {{"status", "running"}, {"running", true}});
   io.Return(io.Expect("query-migrate"), json::object());
+  SavedSettings(io);
   json caps = io.Expect("migrate-set-capabilities");
   if (caps["arguments"]["capabilities"].size() != 4) io.Fail("expected four capabilities: " + caps.dump());
   io.Return(caps, json::object());
@@ -129,6 +152,7 @@ TEST(QemuGuest, SourceQemuFailingBeforeThePauseAbortsNamingItAndTheGuestIsNotCon
     // Rollback: the migration is over and the guest runs: neither cancel nor cont.
     io.Return(io.Expect("query-migrate"), {{"status", "failed"}});
     io.Return(io.Expect("query-status"), {{"status", "running"}, {"running", true}});
+    Restored(io);  // the QEMU given back migrates as its owner configured it
     io.DrainUntilClosed();
   });
   auto guest = QemuGuest::AttachSource(file.Open(DeviceRole::kSource), Options(), AdoptOrDie(peer));
@@ -165,6 +189,7 @@ TEST(QemuGuest, TheSwitchoverWaitsForQemuToPauseTheGuest) {
     io.Event("MIGRATION", {{"status", "pre-switchover"}}, 300);
     io.Return(io.Expect("query-migrate"), {{"status", "pre-switchover"}, {"ram", {{"remaining", 0}}}});
     io.Return(io.Expect("migrate-continue"), json::object());
+    Restored(io);
     io.DrainUntilClosed();
   });
   auto guest = QemuGuest::AttachSource(file.Open(DeviceRole::kSource), Options(), AdoptOrDie(peer));
@@ -187,6 +212,7 @@ TEST(QemuGuest, SourceWithoutAnIncomingUriFromTheReceiverIsRefused) {
   ShmFile file;
   ScriptedQmpPeer peer([](FakeQemuIo& io) {
     SourceAttach(io);
+    Restored(io);
     io.DrainUntilClosed();
   });
   auto guest = QemuGuest::AttachSource(file.Open(DeviceRole::kSource), Options(), AdoptOrDie(peer));
@@ -204,8 +230,10 @@ TEST(QemuGuest, CapabilitiesQemuLacksAreRefusedNamingWhatTheHookNeeds) {
     io.Handshake();
     io.Return(io.Expect("query-status"), {{"status", "running"}, {"running", true}});
     io.Return(io.Expect("query-migrate"), json::object());
+    SavedSettings(io);
     io.Error(io.Expect("migrate-set-capabilities"), "GenericError",
              "Parameter 'capability' does not accept value 'x-ignore-shared'");
+    Restored(io);  // what was set before the refusal goes back too
     io.DrainUntilClosed();
   });
   auto guest = QemuGuest::AttachSource(file.Open(DeviceRole::kSource), Options(), AdoptOrDie(peer));
@@ -248,6 +276,7 @@ TEST(QemuGuest, ADestinationStartedWithoutDashSIsRefused) {
 void DestinationAttach(FakeQemuIo& io) {
   io.Handshake();
   io.Return(io.Expect("query-status"), {{"status", "inmigrate"}, {"running", false}});
+  SavedSettings(io);
   json caps = io.Expect("migrate-set-capabilities");
   if (caps["arguments"]["capabilities"].size() != 3) io.Fail("expected three capabilities: " + caps.dump());
   io.Return(caps, json::object());
@@ -263,6 +292,7 @@ TEST(QemuGuest, DestinationRunsTheGuestOnlyOnceQemuCompletedAndTheDeviceRuns) {
     io.Event("MIGRATION", {{"status", "completed"}});
     io.Return(io.Expect("cont"), json::object());
     io.Event("RESUME", json::object(), 200, 250000);
+    Restored(io);  // the guest runs: the incoming-only settings go back
     io.DrainUntilClosed();
   });
   QemuHookOptions o = Options();

@@ -117,6 +117,26 @@ TEST(ShmMigration, SwitchNowCutsTheRoundShortAndNothingIsLost) {
   EXPECT_EQ(std::memcmp(src.words(), dst.words(), kSize), 0);
 }
 
+// The ABA write through a whole session: a page written after the tracker's
+// first hash, sent in round 0 with that content, then written back to it before
+// the next sync. The destination must end with the source's content.
+TEST(ShmMigration, APageWrittenBackAfterItWasSentIsSentAgain) {
+  File src("src4"), dst("dst4");
+  auto sd = ShmDevice::Open({src.path(), 4096}, DeviceRole::kSource);
+  auto dd = ShmDevice::Open({dst.path(), 4096}, DeviceRole::kDestination);
+  ASSERT_TRUE(sd.ok() && dd.ok());
+  LocalMigrationOptions opt;
+  opt.source.on_phase = [&](Phase phase, uint32_t round) {
+    if (round != 0) return;
+    if (phase == Phase::kRoundStart) src.words()[700] = 0xabcdef;  // after Start's hash, before the send
+    if (phase == Phase::kRoundEnd) src.words()[700] = 0;           // after the send, before the sync
+  };
+  auto res = MigrateLocally(**sd, **dd, opt);
+  ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
+  EXPECT_EQ(dst.words()[700], 0u) << "the destination kept the content the source no longer has";
+  EXPECT_EQ(std::memcmp(src.words(), dst.words(), kSize), 0);
+}
+
 TEST(ShmMigration, AFileOfAnotherSizeIsRefusedAtTheManifest) {
   File src("src2"), dst("dst2");
   ASSERT_EQ(::truncate(dst.path().c_str(), kSize / 2), 0);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <xxhash.h>
 
 #include "gpumigrate/bitmap.h"
 #include "gpumigrate/dirty_tracker.h"
@@ -130,6 +131,28 @@ TEST(ShmDevice, HashTrackerSeesWritesThroughASharedMapping) {
   ::munmap(m, 16 * 4096);
   ::close(fd);
   ASSERT_TRUE(t->Stop().ok());
+}
+
+// The ABA case: the session sent a page while it held Y; the guest then writes
+// back the content the previous sync hashed. Only NoteSent (what was sent) lets
+// the tracker see that as a change.
+TEST(ShmDevice, HashTrackerSeesAPageWrittenBackToItsEarlierContentAfterTheSend) {
+  ShmFile f(4 * 4096);
+  auto dev = ShmDevice::Open({f.path(), 4096}, DeviceRole::kSource);
+  ASSERT_TRUE(dev.ok());
+  DirtyTracker* t = (*dev)->Tracker();
+  ASSERT_TRUE(t->Start().ok());  // page 2 hashed as zeros
+  f.Put(2 * 4096, "Y");           // written after the sync...
+  std::vector<std::byte> sent(4096);
+  ASSERT_TRUE((*dev)->Read(0, 2 * 4096, sent).ok());  // ...and read for sending
+  const uint64_t h = XXH3_64bits(sent.data(), sent.size());
+  t->NoteSent(0, 2, std::span<const uint64_t>(&h, 1));
+  f.Put(2 * 4096, std::string(1, '\0'));  // back to what Start() hashed
+  DirtyBitmap dirty(4);
+  ASSERT_TRUE(t->Sync(0, dirty).ok());
+  EXPECT_TRUE(dirty.Test(2)) << "the destination holds Y; the source page is zero again";
+  ASSERT_TRUE(t->Stop().ok());
+  t->NoteSent(0, 2, std::span<const uint64_t>(&h, 1));  // after Stop: ignored, no crash
 }
 
 TEST(ShmDevice, DestinationWritesInPlaceWithoutTruncating) {
