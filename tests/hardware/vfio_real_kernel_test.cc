@@ -34,7 +34,10 @@ std::string FindMigratable(std::string* why) {
   // Never picked by itself: the test moves the device through migration states
   // and closing it resets it, which must not happen to a device a VM is using.
   *why = "set GPUMIGRATE_VFIO_DEVICE to a migratable cdev that nothing else uses (found:";
-  for (const auto& e : fs::directory_iterator("/dev/vfio/devices")) *why += " " + e.path().string();
+  for (const auto& e : fs::directory_iterator("/dev/vfio/devices")) {
+    why->append(" ");  // not `" " + path`: GCC 12 -O3 warns falsely (-Werror=restrict) on that operator+
+    why->append(e.path().string());
+  }
   *why += ")";
   return "";
 }
