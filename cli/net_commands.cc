@@ -70,7 +70,7 @@ int Usage(const char* cmd, const Status& s) {
 CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
   auto* c = app.add_subcommand("migrate",
                                "Live-migrate a device to a `gpumigrate receive` on another host (or process) over TCP.");
-  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim, cuda:PID[,page=SIZE][,hash=auto|gpu|host] for the CUDA device memory such a process registered, or vfio:/dev/vfio/devices/vfioN for a device with VFIO migration v2, or shm:PATH[,page=SIZE] for a QEMU guest's device memory (with --qemu)")
+  c->add_option("--device", f.device, "Device spec: sim:llm, sim:key=value,... (see `gpumigrate help demo`), proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash] for a live process linked with libgpumigrate_shim, cuda:PID[,page=SIZE][,hash=auto|gpu|host] for the CUDA device memory such a process registered, or vfio:/dev/vfio/devices/vfioN[,/dev/vfio/devices/vfioM...] for the device(s) of one VM with VFIO migration v2, or shm:PATH[,page=SIZE] for a QEMU guest's device memory (with --qemu)")
       ->capture_default_str();
   c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
   AddSourceFlags(c, f.src);
@@ -89,7 +89,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
 CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   auto* c = app.add_subcommand("receive", "Wait for one `gpumigrate migrate` and become the destination device.");
   c->add_option("--listen", f.listen, "ADDR:PORT to listen on (port 0: any free port, see --port-file)")->required();
-  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID or cuda:PID: a process waiting in adopt mode; vfio:PATH: a device of the same kind; shm:PATH: the destination QEMU's device-memory file, with --qemu)")
+  c->add_option("--device", f.device, "Destination device spec; must match the source's geometry (proc:PID or cuda:PID: a process waiting in adopt mode; vfio:PATH[,PATH...]: devices of the same kind, in the same order; shm:PATH: the destination QEMU's device-memory file, with --qemu)")
       ->capture_default_str();
   c->add_option("--accept-timeout", f.accept_timeout, "How long to wait for the source")->capture_default_str();
   c->add_option("--port-file", f.port_file, "Write the port actually listened on to this file");

@@ -74,8 +74,8 @@ double Memcpy(uint64_t size) {
 // A whole stop-and-copy migration through the engine: its total time.
 double Engine(uint64_t size, size_t frame, bool* ok) {
   fake::FakeHost src(Config(size, kStateRunning)), dst(Config(size, kStateRunning));
-  auto s = VfioDevice::Open({src.path}, DeviceRole::kSource, src.kernel);
-  auto d = VfioDevice::Open({dst.path}, DeviceRole::kDestination, dst.kernel);
+  auto s = VfioDevice::Open({{src.path}}, DeviceRole::kSource, src.kernel);
+  auto d = VfioDevice::Open({{dst.path}}, DeviceRole::kDestination, dst.kernel);
   if (!s.ok() || !d.ok()) return *ok = false, 0;
   LocalMigrationOptions opt;
   opt.source.stop_and_copy = true;

@@ -45,7 +45,7 @@ Result<OpenedDevice> OpenDevice(const std::string& spec, bool source) {
   }
   if (spec.rfind("sim", 0) != 0) {
     return InvalidArgument(
-        fmt::format("device '{}' is not supported: use sim:..., proc:PID, cuda:PID, vfio:PATH or shm:PATH", spec));
+        fmt::format("device '{}' is not supported: use sim:..., proc:PID, cuda:PID, vfio:PATH[,PATH...] or shm:PATH", spec));
   }
   GM_ASSIGN_OR_RETURN(SimSpec ss, ParseSimSpec(spec));
   GM_ASSIGN_OR_RETURN(auto dev, SimDevice::Create(ss, source ? SimRole::kSource : SimRole::kDestination));

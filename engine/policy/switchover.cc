@@ -30,6 +30,14 @@ PolicyResult DecideSwitchover(const PolicyInput& in) {
   double target_ms = std::chrono::duration<double, std::milli>(in.limits.downtime_target).count();
   double max_ms = std::chrono::duration<double, std::milli>(in.limits.max_stun).count();
 
+  const bool limit = in.rounds_done >= in.limits.max_rounds;
+  if (r.predicted_stun_ms <= target_ms && in.device_initial_bytes > 0 && !limit) {
+    r.decision = Decision::kContinue;
+    r.reason = fmt::format("predicted stun {:.1f} ms is within the {:.0f} ms target, but the device still has {} bytes "
+                           "of initial pre-copy data: the switchover waits for it",
+                           r.predicted_stun_ms, target_ms, in.device_initial_bytes);
+    return r;
+  }
   if (r.predicted_stun_ms <= target_ms) {
     r.decision = Decision::kSwitchover;
     r.stop = StopReason::kConverged;
@@ -43,7 +51,6 @@ PolicyResult DecideSwitchover(const PolicyInput& in) {
     uint64_t best_before = *std::min_element(h.begin(), h.end() - 3);
     stalled = std::all_of(h.end() - 3, h.end(), [&](uint64_t d) { return d * 10 >= best_before * 9; });
   }
-  bool limit = in.rounds_done >= in.limits.max_rounds;
   if (!stalled && !limit) {
     r.decision = Decision::kContinue;
     r.reason = "dirty set still shrinking";

@@ -551,7 +551,9 @@ Status Source::RunRound(uint32_t round) {
 Result<PolicyResult> Source::Decide(const std::vector<uint64_t>& dirty_history, uint32_t rounds_done) {
   PolicyInput in;
   in.dirty_bytes_history = dirty_history;
-  in.device_state_bytes = dev_.PendingEstimate().stop_copy_bytes;
+  const PendingBytes pending = dev_.PendingEstimate();
+  in.device_state_bytes = pending.stop_copy_bytes;
+  in.device_initial_bytes = pending.precopy_initial_bytes;
   in.bandwidth_bytes_per_s = report_.bandwidth_bytes_per_s;
   in.rounds_done = rounds_done;
   in.limits = opt_.Limits();

@@ -75,6 +75,9 @@ struct PendingBytes {
   // A streaming device in PRE_COPY: state it can hand over now, before the stun
   // (VFIO_MIG_GET_PRECOPY_INFO initial + dirty bytes). 0 for sim and proc.
   uint64_t precopy_bytes = 0;
+  // Of precopy_bytes, the device's initial data (VFIO's initial_bytes): the
+  // switchover waits until it has been sent, as QEMU's switchover-ack does.
+  uint64_t precopy_initial_bytes = 0;
 };
 class Device {
  public:

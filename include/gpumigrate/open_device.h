@@ -1,6 +1,6 @@
 // Opens the device a spec names (the CLI contract's device specs): sim:... (simulated in this process) or
 // proc:PID (a live process linked with libgpumigrate_shim), cuda:PID (its CUDA device memory; a proc device
-// too), vfio:PATH (a VFIO migration v2 device) or shm:PATH (a QEMU guest's shared device memory file).
+// too), vfio:PATH[,PATH...] (VFIO migration v2 devices of one VM) or shm:PATH (a QEMU guest's shared device memory file).
 #pragma once
 
 #include <memory>

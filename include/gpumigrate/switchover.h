@@ -2,7 +2,10 @@
 // set (the estimator replaces the prediction later; the decisions stay).
 //
 //   predicted stun = (dirty bytes + device state bytes) / bandwidth + fixed cost
-//   - predicted stun <= downtime target              -> switch over ("converged")
+//   - predicted stun <= downtime target              -> switch over ("converged"),
+//       unless a device still has initial pre-copy data (VFIO initial_bytes)
+//       and the round limit is not reached           -> another round
+//       (QEMU 8.1's switchover-ack waits for the same)
 //   - rounds stopped shrinking, or round limit hit:
 //       predicted stun <= max stun                   -> switch over
 //       else                                         -> abort, recommend drain-and-replace
@@ -34,6 +37,8 @@ struct PolicyInput {
   SwitchoverLimits limits;
   std::vector<uint64_t> dirty_bytes_history;  // dirty set found after each completed round, in order
   uint64_t device_state_bytes = 0;
+  // A device's initial pre-copy data not yet sent (PendingBytes::precopy_initial_bytes).
+  uint64_t device_initial_bytes = 0;
   double bandwidth_bytes_per_s = 0;
   uint32_t rounds_done = 0;
 };

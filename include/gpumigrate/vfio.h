@@ -11,11 +11,16 @@
 // to RUNNING (VFIO_DEVICE_RESET when the device fell into ERROR). The destination
 // goes STOP -> RESUMING -> STOP -> RUNNING. Every kernel error names the call,
 // the state arc and the errno.
+//
+// Several devices of one VM migrate as one: vfio:PATH1,PATH2,... (every one must
+// offer VFIO_MIGRATION_P2P; all are quiesced before any stops). The destination
+// names its devices in the same order.
 #pragma once
 
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
@@ -26,10 +31,11 @@ class Kernel;
 }
 
 struct VfioSpec {
-  std::string path;  // the VFIO device cdev
+  std::vector<std::string> paths;  // the VFIO device cdevs, at least one
 };
 
-// "vfio:/dev/vfio/devices/vfio0" -> {path}; the path must be absolute.
+// "vfio:/dev/vfio/devices/vfio0[,/dev/vfio/devices/vfio1...]" -> {paths}; each
+// path absolute, none twice.
 Result<VfioSpec> ParseVfioSpec(std::string_view spec);
 
 // Opens the device through `kernel` (tests pass a fake; OpenDevice passes the

@@ -160,7 +160,7 @@ contains "proc message" "$tmp/e7" "serves no gpumigrate shim"
 "$bin" estimate --device vfio:/dev/vfio/1 >"$tmp/e8" 2>&1; check "vfio device that is not there" 2 $?
 contains "vfio message names the call and errno" "$tmp/e8" "vfio:/dev/vfio/1: open failed: No such file or directory (ENOENT)"
 "$bin" estimate --device gpu:1 >"$tmp/e9" 2>&1; check "unknown backend" 2 $?
-contains "unknown backend lists every spec" "$tmp/e9" "use sim:..., proc:PID, cuda:PID, vfio:PATH or shm:PATH"
+contains "unknown backend lists every spec" "$tmp/e9" "use sim:..., proc:PID, cuda:PID, vfio:PATH\[,PATH\.\.\.\] or shm:PATH"
 
 # demo --dry-run: estimate, probe, abort on purpose, exit 0.
 "$bin" demo --dry-run --json --device "$small" --sample 300ms --warmup 20ms --bandwidth 400MB/s \

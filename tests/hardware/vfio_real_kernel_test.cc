@@ -46,7 +46,7 @@ TEST(VfioRealKernel, SourceArcsReadTheStreamAndReturnToRunning) {
   std::string why;
   const std::string path = FindMigratable(&why);
   if (path.empty()) GTEST_SKIP() << why;
-  auto d = VfioDevice::Open({path}, DeviceRole::kSource, RealKernel());
+  auto d = VfioDevice::Open({{path}}, DeviceRole::kSource, RealKernel());
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   VfioDevice& dev = **d;
   std::vector<std::byte> buf(1 << 20);
@@ -78,8 +78,8 @@ TEST(VfioRealKernel, MigratesToASecondDevice) {
   if (src.empty()) GTEST_SKIP() << why;
   const char* dst = std::getenv("GPUMIGRATE_VFIO_DEST");
   if (!dst) GTEST_SKIP() << "set GPUMIGRATE_VFIO_DEST to a second migratable device for a whole migration";
-  auto s = VfioDevice::Open({src}, DeviceRole::kSource, RealKernel());
-  auto d = VfioDevice::Open({dst}, DeviceRole::kDestination, RealKernel());
+  auto s = VfioDevice::Open({{src}}, DeviceRole::kSource, RealKernel());
+  auto d = VfioDevice::Open({{dst}}, DeviceRole::kDestination, RealKernel());
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   ASSERT_TRUE(d.ok()) << d.status().ToString();
   LocalMigrationOptions opt;

@@ -45,7 +45,7 @@ std::string_view StateName(uint32_t s) {
   return DeviceStateName(static_cast<DeviceState>(s));
 }
 
-Result<int> Calls::Bind(int fd) const {
+Result<int> Calls::OpenIommufd() const {
   int iommufd = k_.Open("/dev/iommu", O_RDWR);
   if (iommufd < 0) {
     return KernelError(fmt::format("{}: open /dev/iommu (a VFIO cdev is used through an iommufd: kernel >= 6.6 "
@@ -53,15 +53,16 @@ Result<int> Calls::Bind(int fd) const {
                                    name_),
                        iommufd);
   }
+  return iommufd;
+}
+
+Status Calls::Bind(int fd, int iommufd) const {
   vfio_device_bind_iommufd b{};
   b.argsz = sizeof(b);
   b.iommufd = iommufd;
   int r = k_.Ioctl(fd, VFIO_DEVICE_BIND_IOMMUFD, &b);
-  if (r < 0) {
-    (void)k_.Close(iommufd);
-    return KernelError(fmt::format("{}: VFIO_DEVICE_BIND_IOMMUFD", name_), r);
-  }
-  return iommufd;
+  if (r < 0) return KernelError(fmt::format("{}: VFIO_DEVICE_BIND_IOMMUFD", name_), r);
+  return Status::Ok();
 }
 
 Result<uint64_t> Calls::MigrationFlags(int fd) const {

@@ -29,9 +29,10 @@ class Calls {
   Kernel& kernel() const { return k_; }
   const std::string& name() const { return name_; }
 
-  // Opens /dev/iommu and binds the cdev `fd` to it (VFIO_DEVICE_BIND_IOMMUFD):
-  // the iommufd, which must stay open while the device is used.
-  Result<int> Bind(int fd) const;
+  // Opens /dev/iommu: the iommufd, which must stay open while devices bound to it are used.
+  Result<int> OpenIommufd() const;
+  // Binds the cdev `fd` to `iommufd` (VFIO_DEVICE_BIND_IOMMUFD).
+  Status Bind(int fd, int iommufd) const;
   // VFIO_DEVICE_FEATURE GET MIGRATION: the VFIO_MIGRATION_* flags.
   Result<uint64_t> MigrationFlags(int fd) const;
   // GET MIG_DEVICE_STATE.

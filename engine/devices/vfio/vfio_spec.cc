@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "engine/devices/vfio/vfio_device.h"
@@ -11,11 +13,21 @@ Result<VfioSpec> ParseVfioSpec(std::string_view spec) {
     return InvalidArgument(fmt::format("device spec '{}' is not vfio:PATH", spec));
   }
   VfioSpec s;
-  s.path = std::string(spec.substr(kPrefix.size()));
-  if (s.path.empty() || s.path[0] != '/') {
-    return InvalidArgument(fmt::format("device spec '{}': vfio:PATH needs the absolute path of the device's VFIO "
-                                       "cdev, e.g. vfio:/dev/vfio/devices/vfio0",
-                                       spec));
+  std::string_view rest = spec.substr(kPrefix.size());
+  for (;;) {
+    const size_t comma = rest.find(',');
+    std::string path(rest.substr(0, comma));
+    if (path.empty() || path[0] != '/') {
+      return InvalidArgument(fmt::format("device spec '{}': vfio:PATH[,PATH...] needs the absolute path of each "
+                                         "device's VFIO cdev, e.g. vfio:/dev/vfio/devices/vfio0",
+                                         spec));
+    }
+    if (std::find(s.paths.begin(), s.paths.end(), path) != s.paths.end()) {
+      return InvalidArgument(fmt::format("device spec '{}': {} is named twice", spec, path));
+    }
+    s.paths.push_back(std::move(path));
+    if (comma == std::string_view::npos) break;
+    rest = rest.substr(comma + 1);
   }
   return s;
 }

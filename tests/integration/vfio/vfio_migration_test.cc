@@ -52,8 +52,8 @@ struct Pair {
   // `armed` runs once both devices are open (a fault meant for the migration,
   // not for opening).
   void Migrate(const std::function<void()>& armed = nullptr) {
-    auto s = VfioDevice::Open({src.path}, DeviceRole::kSource, src.kernel);
-    auto d = VfioDevice::Open({dst.path}, DeviceRole::kDestination, dst_kernel);
+    auto s = VfioDevice::Open({{src.path}}, DeviceRole::kSource, src.kernel);
+    auto d = VfioDevice::Open({{dst.path}}, DeviceRole::kDestination, dst_kernel);
     ASSERT_TRUE(s.ok() && d.ok());
     if (armed) armed();
     res = MigrateLocally(**s, **d, opt);
@@ -124,6 +124,20 @@ TEST(VfioMigration, StopAndCopyDeviceWithoutPreCopy) {
   r.Migrate();
   ASSERT_EQ(r.res.source.outcome, Outcome::kCompleted) << r.res.source.status.ToString();
   EXPECT_TRUE(r.dst.dev->Memory() == r.src.dev->Memory());
+}
+
+// The rule would switch over after the first round (a small device, a generous
+// target), but the device hands its initial data over slowly: the switchover
+// waits until all of it has been sent, as QEMU's switchover-ack does.
+TEST(VfioMigration, TheSwitchoverWaitsForTheDevicesInitialData) {
+  Pair r(kAll, 1 << 20);
+  const uint64_t initial = 256 * (sizeof(fake::FakeRecord) + 4096);
+  r.src.dev->faults.precopy_bytes_per_info = 200 << 10;
+  r.Migrate();
+  ASSERT_EQ(r.res.source.outcome, Outcome::kCompleted) << r.res.source.status.ToString();
+  EXPECT_TRUE(r.dst.dev->Memory() == r.src.dev->Memory());
+  EXPECT_GE(r.res.source.rounds.size(), initial / (200 << 10)) << "switched before the initial data was sent";
+  EXPECT_NE(r.res.source.switchover_reason.find("converged"), std::string::npos) << r.res.source.switchover_reason;
 }
 
 TEST(VfioMigration, ADeviceThatUnderstatesItsPreCopySizeStillArrivesWhole) {

@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "gpumigrate/device.h"
+
 namespace gpumigrate::vfio::fake {
 namespace {
 
@@ -88,7 +90,40 @@ int CheckFeature(uint32_t flags, size_t payload, uint32_t ops, size_t minsz) {
   return 1;
 }
 
+// A device in this state may initiate P2P DMA / can answer it.
+bool Initiates(uint32_t s) { return s == R || s == PC; }
+bool Answers(uint32_t s) { return Running(s); }
+
 }  // namespace
+
+size_t FakeP2PBus::Join(uint32_t state) {
+  std::lock_guard lk(mu_);
+  states_.push_back(state);
+  return states_.size() - 1;
+}
+
+void FakeP2PBus::Arc(size_t id, uint32_t from, uint32_t to) {
+  std::lock_guard lk(mu_);
+  states_[id] = to;
+  for (size_t j = 0; j < states_.size(); ++j) {
+    if (j == id) continue;
+    if ((Initiates(to) && !Answers(states_[j])) || (!Answers(to) && Initiates(states_[j]))) {
+      violations_.push_back("device " + std::to_string(id) + " " + std::string(DeviceStateName(DeviceState(from))) +
+                            " -> " + std::string(DeviceStateName(DeviceState(to))) + " while device " +
+                            std::to_string(j) + " was " + std::string(DeviceStateName(DeviceState(states_[j]))));
+    }
+  }
+}
+
+void FakeP2PBus::Set(size_t id, uint32_t state) {
+  std::lock_guard lk(mu_);
+  states_[id] = state;
+}
+
+std::vector<std::string> FakeP2PBus::Violations() {
+  std::lock_guard lk(mu_);
+  return violations_;
+}
 
 std::shared_ptr<FakeVfioDevice> FakeVfioDevice::Create(FakeVfioConfig cfg) {
   return std::shared_ptr<FakeVfioDevice>(new FakeVfioDevice(cfg));
@@ -99,7 +134,9 @@ FakeVfioDevice::FakeVfioDevice(FakeVfioConfig cfg)
       state_(cfg.initial_state),
       memory_(cfg.memory_bytes),
       dirty_((cfg.memory_bytes + cfg.chunk_bytes - 1) / cfg.chunk_bytes),
-      sent_once_(dirty_.size()) {}
+      sent_once_(dirty_.size()) {
+  if (cfg_.p2p_bus) bus_id_ = cfg_.p2p_bus->Join(state_);
+}
 
 std::shared_ptr<File> FakeVfioDevice::OpenFile() {
   if (opened_.exchange(true)) return nullptr;
@@ -200,9 +237,14 @@ int FakeVfioDevice::SetState(FakeKernel& k, uint32_t target, int32_t* data_fd) {
 }
 
 int FakeVfioDevice::Step(FakeKernel& k, uint32_t next, int32_t* data_fd) {
-  if (faults.fail_next_arc.exchange(false)) return -EIO;
-  if (faults.error_on_next_arc.exchange(false)) {
+  auto into = [&](std::atomic<int64_t>& a) {
+    int64_t want = next;
+    return a.compare_exchange_strong(want, -1);
+  };
+  if (faults.fail_next_arc.exchange(false) || into(faults.fail_on_arc_into)) return -EIO;
+  if (faults.error_on_next_arc.exchange(false) || into(faults.error_on_arc_into)) {
     state_ = kStateError;
+    if (cfg_.p2p_bus) cfg_.p2p_bus->Set(bus_id_, E);
     ++session_;
     saving_ = false;
     return -EIO;
@@ -212,10 +254,12 @@ int FakeVfioDevice::Step(FakeKernel& k, uint32_t next, int32_t* data_fd) {
   const bool opens_save = (cur == S && next == SC) || (cur == R && next == PC) || (cur == RP && next == PP);
   if (cur == RS && next == S && !partial_.empty()) {  // the resume stream ended mid-record
     state_ = kStateError;
+    if (cfg_.p2p_bus) cfg_.p2p_bus->Set(bus_id_, E);
     ++session_;
     return -EINVAL;
   }
   state_ = next;
+  if (cfg_.p2p_bus) cfg_.p2p_bus->Arc(bus_id_, cur, next);
   const bool session_over = (saving_ && !Saving(next)) || (cur == RS);
   if (session_over) {
     ++session_;
@@ -244,6 +288,7 @@ int FakeVfioDevice::Reset() {
   partial_.clear();
   std::fill(memory_.begin(), memory_.end(), std::byte{0});  // a reset device starts from scratch
   ++resets_;
+  if (cfg_.p2p_bus) cfg_.p2p_bus->Set(bus_id_, R);
   return 0;
 }
 
@@ -277,10 +322,13 @@ ssize_t FakeVfioDevice::SaveRead(uint64_t session, void* buf, size_t len) {
   if (session != session_ || !saving_) return -ENODEV;  // the session ended
   int64_t fail_after = faults.read_error_after_bytes.load();
   if (fail_after >= 0 && bytes_read_ >= static_cast<uint64_t>(fail_after)) return -EIO;
+  const int64_t window = faults.precopy_bytes_per_info.load();
+  if (state_ != kStateStopCopy && window >= 0 && read_since_info_ >= static_cast<uint64_t>(window)) return -ENOMSG;
   if (record_pos_ == record_.size() && !NextRecordLocked()) {
     return state_ == kStateStopCopy ? 0 : -ENOMSG;  // end of stream / end for now
   }
   size_t n = std::min({len, cfg_.max_read_bytes, record_.size() - record_pos_});
+  read_since_info_ += n;
   std::memcpy(buf, record_.data() + record_pos_, n);
   record_pos_ += n;
   bytes_read_ += n;
@@ -328,6 +376,7 @@ int FakeVfioDevice::PrecopyInfo(uint64_t session, vfio_precopy_info* info) {
   if (state_ != kStatePreCopy && state_ != kStatePreCopyP2P) return -EINVAL;
   if (info->argsz < sizeof(*info)) return -EINVAL;
   info->flags = 0;
+  read_since_info_ = 0;
   uint64_t initial = 0, dirty = 0;
   const uint64_t rec = sizeof(FakeRecord) + cfg_.chunk_bytes;
   for (size_t c = 0; c < dirty_.size(); ++c) {

@@ -36,9 +36,16 @@
 //   until bound (else -EINVAL); bind needs flags 0, |   argsz); vfio_main.c vfio_device_fops_unl_ioctl
 //   argsz >= 16, an open iommufd (-EBADF), once    |   ("if (!df->access_granted) return -EINVAL")
 // DMA logging features 6/7/8 -> -ENOTTY (wired at merge with the IOMMU work)
+// devices on one FakeP2PBus: no arc may leave a   | vfio.h "enum vfio_device_mig_state": RUNNING_P2P / PRE_COPY_P2P
+//   device initiating P2P DMA (RUNNING, PRE_COPY)   |   "quiesce" a device so that "all the devices ... can be
+//   while a peer cannot answer it (STOP, STOP_COPY, |   stopped": every device must reach a _P2P state before any
+//   RESUMING, ERROR): each such arc is recorded     |   is stopped, and answer P2P again before any runs
+//   as a violation (the kernel cannot see it; the   |   (QEMU vfio_vmstate_change_prepare does the same)
+//   hardware would lose the DMA)                    |
 //
-// Only documented, not enforced: the P2P quiescing semantics across devices,
-// data fd poll(), mmap of regions, the v1 (6.1 deprecated) interface.
+// Only documented, not enforced: data fd poll(), mmap of regions, the v1 (6.1
+// deprecated) interface. A VFIO_DEVICE_RESET is not checked against the bus (a
+// reset device has no DMA set up to initiate).
 #pragma once
 
 #include <atomic>
@@ -46,6 +53,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/devices/vfio/vfio_compat.h"
@@ -53,6 +61,24 @@
 #include "tests/support/vfio/fake_kernel.h"
 
 namespace gpumigrate::vfio::fake {
+
+// The devices of one VM that may DMA to one another: records every arc that
+// broke the P2P quiescing rule (see the table above).
+class FakeP2PBus {
+ public:
+  // A device joins in `state`; its index names it in violations ("device 1").
+  size_t Join(uint32_t state);
+  // After each arc step of device `id` from `from` to `to`.
+  void Arc(size_t id, uint32_t from, uint32_t to);
+  // Unchecked: VFIO_DEVICE_RESET (RUNNING), a device that fell into ERROR.
+  void Set(size_t id, uint32_t state);
+  std::vector<std::string> Violations();
+
+ private:
+  std::mutex mu_;
+  std::vector<uint32_t> states_;
+  std::vector<std::string> violations_;
+};
 
 struct FakeVfioConfig {
   uint64_t migration_flags = VFIO_MIGRATION_STOP_COPY | VFIO_MIGRATION_P2P | VFIO_MIGRATION_PRE_COPY;
@@ -64,6 +90,7 @@ struct FakeVfioConfig {
   // tests/support/vfio/fake_dma_logging.h); without one those features are ENOTTY.
   std::shared_ptr<FakeDmaLogging> dma_log;
   bool cdev = true;  // a /dev/vfio/devices cdev: only BIND_IOMMUFD until bound
+  std::shared_ptr<FakeP2PBus> p2p_bus;  // shared by the devices of one VM; none: no P2P checks
 };
 
 // Fault knobs, set by a test before the operation they break.
@@ -73,6 +100,12 @@ struct FakeVfioFaults {
   std::atomic<bool> refuse_resume_stream{false};    // resume write() -> -EINVAL
   std::atomic<bool> error_on_next_arc{false};       // the next arc step fails with -EIO, device -> ERROR
   std::atomic<bool> fail_next_arc{false};           // the next arc step fails with -EIO, device stays put
+  // The next arc step into this state (-1: none) fails with -EIO: into ERROR, or staying put.
+  std::atomic<int64_t> error_on_arc_into{-1};
+  std::atomic<int64_t> fail_on_arc_into{-1};
+  // A device that hands over its pre-copy data slowly: in PRE_COPY, -ENOMSG once
+  // this many bytes were read since the last VFIO_MIG_GET_PRECOPY_INFO.
+  std::atomic<int64_t> precopy_bytes_per_info{-1};
 };
 
 // Record header of the fake stream.
@@ -131,8 +164,10 @@ class FakeVfioDevice : public std::enable_shared_from_this<FakeVfioDevice> {
   size_t record_pos_ = 0;
   bool record_initial_ = false;
   uint64_t bytes_read_ = 0;
+  uint64_t read_since_info_ = 0;
   std::vector<std::byte> partial_;  // resume side: bytes of an incomplete record
   std::vector<uint32_t> steps_;
+  size_t bus_id_ = 0;
 };
 
 }  // namespace gpumigrate::vfio::fake

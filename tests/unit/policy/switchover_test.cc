@@ -37,6 +37,21 @@ TEST(SwitchoverPolicy, SwitchesWhenWithinTarget) {
   EXPECT_NE(r.reason.find("converged"), std::string::npos);
 }
 
+TEST(SwitchoverPolicy, WaitsForADevicesInitialDataUntilTheRoundLimit) {
+  PolicyInput in = Base();
+  in.dirty_bytes_history = {4'000'000'000, 250'000'000};
+  in.device_initial_bytes = 1'000'000;
+  in.rounds_done = 2;
+  PolicyResult r = DecideSwitchover(in);
+  EXPECT_EQ(r.decision, Decision::kContinue);
+  EXPECT_NE(r.reason.find("1000000 bytes of initial pre-copy data"), std::string::npos) << r.reason;
+  in.rounds_done = in.limits.max_rounds;  // no longer: the stun carries it
+  EXPECT_EQ(DecideSwitchover(in).decision, Decision::kSwitchover);
+  in.rounds_done = 2;
+  in.device_initial_bytes = 0;
+  EXPECT_EQ(DecideSwitchover(in).decision, Decision::kSwitchover);
+}
+
 TEST(SwitchoverPolicy, ContinuesWhileShrinking) {
   PolicyInput in = Base();
   in.dirty_bytes_history = {4'000'000'000, 2'000'000'000, 1'000'000'000, 600'000'000};

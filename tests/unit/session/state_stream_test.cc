@@ -39,7 +39,7 @@ TEST(StateStreamReceiver, WritesAStreamInOrderAndRefusesGapsAndWrongTotals) {
   vfio::fake::FakeVfioConfig cfg;
   cfg.memory_bytes = 64 << 10;
   vfio::fake::FakeHost host(cfg);
-  auto dev = vfio::VfioDevice::Open({host.path}, DeviceRole::kDestination, host.kernel);
+  auto dev = vfio::VfioDevice::Open({{host.path}}, DeviceRole::kDestination, host.kernel);
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
   ASSERT_TRUE((*dev)->SetState(DeviceState::kResuming).ok());
   StateStreamReceiver rx(**dev);

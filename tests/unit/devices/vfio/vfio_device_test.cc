@@ -23,7 +23,7 @@ FakeVfioConfig Config(uint64_t flags = VFIO_MIGRATION_STOP_COPY | VFIO_MIGRATION
 }
 
 std::unique_ptr<VfioDevice> OpenOn(FakeHost& h, DeviceRole role) {
-  auto d = VfioDevice::Open({h.path}, role, h.kernel);
+  auto d = VfioDevice::Open({{h.path}}, role, h.kernel);
   EXPECT_TRUE(d.ok()) << d.status().ToString();
   return d.ok() ? std::move(d).value() : nullptr;
 }
@@ -31,10 +31,36 @@ std::unique_ptr<VfioDevice> OpenOn(FakeHost& h, DeviceRole role) {
 TEST(VfioSpec, ParsesAbsolutePathsOnly) {
   auto s = ParseVfioSpec("vfio:/dev/vfio/devices/vfio3");
   ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->path, "/dev/vfio/devices/vfio3");
+  EXPECT_EQ(s->paths, std::vector<std::string>{"/dev/vfio/devices/vfio3"});
   EXPECT_FALSE(ParseVfioSpec("vfio:").ok());
   EXPECT_FALSE(ParseVfioSpec("vfio:vfio3").ok());
   EXPECT_FALSE(ParseVfioSpec("sim:size=1MiB").ok());
+}
+
+TEST(VfioSpec, SeveralDevicesOfOneVmInOrder) {
+  auto s = ParseVfioSpec("vfio:/dev/vfio/devices/vfio3,/dev/vfio/devices/vfio1");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->paths, (std::vector<std::string>{"/dev/vfio/devices/vfio3", "/dev/vfio/devices/vfio1"}));
+  EXPECT_FALSE(ParseVfioSpec("vfio:/dev/vfio/devices/vfio3,").ok());
+  EXPECT_FALSE(ParseVfioSpec("vfio:/dev/vfio/devices/vfio3,vfio1").ok());
+  auto twice = ParseVfioSpec("vfio:/dev/a,/dev/b,/dev/a");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("/dev/a is named twice"), std::string::npos) << twice.status().message();
+}
+
+TEST(VfioDevice, TheDestinationSaysHowManyDevicesItResumes) {
+  FakeHost h(Config());
+  auto src = OpenOn(h, DeviceRole::kSource);
+  ASSERT_NE(src, nullptr);
+  EXPECT_EQ(src->SetupNote(), "vfio devices=1");
+  EXPECT_TRUE(src->SetPeerSetupNote("vfio devices=1").ok());
+  EXPECT_TRUE(src->SetPeerSetupNote("").ok()) << "a destination from before several devices";
+  Status two = src->SetPeerSetupNote("vfio devices=2");
+  EXPECT_NE(two.message().find("the destination resumes 2 VFIO device(s), this source migrates 1"),
+            std::string::npos)
+      << two.message();
+  EXPECT_FALSE(src->SetPeerSetupNote("vfio devices=x").ok());
+  EXPECT_FALSE(src->SetPeerSetupNote("qemu tcp:1.2.3.4:5").ok());
 }
 
 TEST(VfioSpec, OpenDeviceNamesEverySpecAndOpensVfioThroughTheRealKernel) {
@@ -51,7 +77,7 @@ TEST(VfioDevice, OpenBindsTheCdevToAnIommufd) {
   fake::FakeKernel k;
   auto dev = fake::FakeVfioDevice::Create(Config());
   k.Add("/dev/vfio/devices/vfio0", [dev] { return dev->OpenFile(); });
-  auto d = VfioDevice::Open({"/dev/vfio/devices/vfio0"}, DeviceRole::kSource, k);
+  auto d = VfioDevice::Open({{"/dev/vfio/devices/vfio0"}}, DeviceRole::kSource, k);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("open /dev/iommu"), std::string::npos) << d.status().message();
   EXPECT_EQ(k.OpenFds(), 0u);
@@ -64,13 +90,13 @@ TEST(VfioDevice, OpenBindsTheCdevToAnIommufd) {
 
 TEST(VfioDevice, OpenProbesMigrationAndState) {
   FakeHost none(Config(0));
-  auto d = VfioDevice::Open({none.path}, DeviceRole::kSource, none.kernel);
+  auto d = VfioDevice::Open({{none.path}}, DeviceRole::kSource, none.kernel);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), StatusCode::kUnimplemented) << d.status().ToString();
   EXPECT_EQ(none.kernel.OpenFds(), 0u) << "the fd is closed on failure";
 
   FakeHost stopped(Config(VFIO_MIGRATION_STOP_COPY, kStateStop));
-  auto s = VfioDevice::Open({stopped.path}, DeviceRole::kSource, stopped.kernel);
+  auto s = VfioDevice::Open({{stopped.path}}, DeviceRole::kSource, stopped.kernel);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.status().message().find("a source must be RUNNING"), std::string::npos);
 
