@@ -1,7 +1,8 @@
 // libgpumigrate_shim: the workload side of the proc backend (see gpumigrate/shim.h).
 // One server thread accepts one gpumigrate session at a time on a Unix socket and
 // answers its requests; the workload's own threads only touch the pause gate.
-// Device memory (gm_shim_register_cuda) is served by shim/cuda_regions.cc.
+// Device memory (gm_shim_register_cuda) is served by shim/cuda_regions.cc; the
+// calls the application makes before gm_shim_start live in shim/registration.cc.
 #include "gpumigrate/shim.h"
 
 #include <fcntl.h>
@@ -16,6 +17,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -34,50 +36,10 @@
 #include "engine/devices/proc/uffd_probe.h"
 #include "engine/devices/cuda/page_hash.h"
 #include "shim/cuda_regions.h"
+#include "shim/dma_regions.h"
+#include "shim/shim_state.h"
 
-#define GM_EXPORT extern "C" __attribute__((visibility("default")))
-
-namespace {
-
-namespace w = gpumigrate::shimwire;
-
-constexpr auto kPauseTimeout = std::chrono::seconds(5);
-
-struct Region {
-  std::string name;
-  std::byte* addr = nullptr;
-  size_t size = 0;
-  uint32_t hint = 0;
-  uint32_t flags = 0;
-  int memfd = -1;  // >= 0: allocated by gm_shim_alloc (and unmapped by shutdown)
-  bool registered = false;
-  uint64_t dptr = 0;  // != 0: a CUDA region (addr is null), served by cuda_regions.cc
-};
-
-struct Shim {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<Region> regions;
-  gm_shim_save_fn save = nullptr;
-  void* save_ctx = nullptr;
-  size_t state_hint = 0;
-
-  bool serving = false;
-  bool adopt = false;
-  // Pause gate.
-  bool paused = false;
-  int active = 0;
-  bool held = false;
-  bool released = false;
-  // Destination.
-  std::vector<std::byte> loaded;
-  bool adopted = false;
-
-  int listen_fd = -1;
-  std::string path;
-  std::atomic<bool> stop{false};
-  std::thread server;
-};
+namespace gpumigrate::shimcore {
 
 Shim& S() {
   static Shim* s = new Shim;  // never destroyed: the server thread may outlive static destructors
@@ -85,8 +47,8 @@ Shim& S() {
 }
 
 thread_local std::string t_error;
+const std::string& LastError() { return t_error; }
 
-int Fail(int err, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 int Fail(int err, const char* fmt, ...) {
   char buf[512];
   va_list ap;
@@ -97,7 +59,6 @@ int Fail(int err, const char* fmt, ...) {
   return -err;
 }
 
-void Log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void Log(const char* fmt, ...) {
   char buf[512];
   va_list ap;
@@ -108,6 +69,26 @@ void Log(const char* fmt, ...) {
 }
 
 size_t PageSize() { return static_cast<size_t>(sysconf(_SC_PAGESIZE)); }
+
+int AddRegion(Region r) {
+  Shim& sh = S();
+  std::lock_guard lk(sh.mu);
+  if (sh.serving) return Fail(EBUSY, "regions must be added before gm_shim_start");
+  for (const Region& o : sh.regions) {
+    if (o.name == r.name) return Fail(EEXIST, "a region named '%s' exists", r.name.c_str());
+  }
+  sh.regions.push_back(std::move(r));
+  return 0;
+}
+
+}  // namespace gpumigrate::shimcore
+
+namespace {
+
+namespace w = gpumigrate::shimwire;
+using namespace gpumigrate::shimcore;
+
+constexpr auto kPauseTimeout = std::chrono::seconds(5);
 
 // One engine session: what it asked of the shim, undone when it ends.
 struct Session {
@@ -276,6 +257,7 @@ int HandleHello(Session& s, const std::vector<std::byte>& payload) {
     d.hint = r.hint;
     d.flags = r.flags | (r.dptr != 0 ? w::kRegionCuda : 0u);
     d.registered = r.registered ? 1 : 0;
+    if (role == w::Role::kSource) gpumigrate::shimdma::Describe(r.name, d, fds);
     if (r.memfd >= 0) {
       d.flags |= w::kRegionMemfd;
       d.fd_index = static_cast<int32_t>(fds.size());
@@ -524,90 +506,7 @@ int Start(bool adopt) {
   return 0;
 }
 
-int AddRegion(Region r) {
-  Shim& sh = S();
-  std::lock_guard lk(sh.mu);
-  if (sh.serving) return Fail(EBUSY, "regions must be added before gm_shim_start");
-  for (const Region& o : sh.regions) {
-    if (o.name == r.name) return Fail(EEXIST, "a region named '%s' exists", r.name.c_str());
-  }
-  sh.regions.push_back(std::move(r));
-  return 0;
-}
-
 }  // namespace
-
-GM_EXPORT void* gm_shim_alloc(const char* name, size_t size, uint32_t hint, uint32_t flags) {
-  if (name == nullptr || *name == '\0' || size == 0) {
-    Fail(EINVAL, "gm_shim_alloc needs a name and a size");
-    return nullptr;
-  }
-  size_t ps = PageSize();
-  size = (size + ps - 1) / ps * ps;
-  int fd = memfd_create(name, MFD_CLOEXEC);
-  if (fd < 0) {
-    Fail(errno, "memfd_create: %s", std::strerror(errno));
-    return nullptr;
-  }
-  if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    Fail(errno, "ftruncate memfd to %zu bytes: %s", size, std::strerror(errno));
-    close(fd);
-    return nullptr;
-  }
-  void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) {
-    Fail(errno, "mmap memfd: %s", std::strerror(errno));
-    close(fd);
-    return nullptr;
-  }
-  if (flags & GM_SHIM_HUGEPAGE) (void)madvise(p, size, MADV_HUGEPAGE);
-  Region r{name, static_cast<std::byte*>(p), size, hint, flags, fd, false};
-  if (AddRegion(r) != 0) {
-    munmap(p, size);
-    close(fd);
-    return nullptr;
-  }
-  return p;
-}
-
-GM_EXPORT int gm_shim_register(const char* name, void* addr, size_t size, uint32_t hint, uint32_t flags) {
-  size_t ps = PageSize();
-  if (name == nullptr || *name == '\0' || addr == nullptr || size == 0) {
-    return Fail(EINVAL, "gm_shim_register needs a name, an address and a size");
-  }
-  if (reinterpret_cast<uintptr_t>(addr) % ps != 0 || size % ps != 0) {
-    return Fail(EINVAL, "region '%s' must be page aligned (address and size multiples of %zu)", name, ps);
-  }
-  if (flags & GM_SHIM_HUGEPAGE) (void)madvise(addr, size, MADV_HUGEPAGE);
-  return AddRegion(Region{name, static_cast<std::byte*>(addr), size, hint, flags, -1, false});
-}
-
-GM_EXPORT int gm_shim_register_cuda(const char* name, unsigned long long dptr, size_t size, uint32_t hint,
-                                    uint32_t flags) {
-  constexpr size_t kGrain = gpumigrate::cuda::kHashMinPage;
-  if (name == nullptr || *name == '\0' || dptr == 0 || size == 0) {
-    return Fail(EINVAL, "gm_shim_register_cuda needs a name, a device pointer and a size");
-  }
-  if (dptr % 256 != 0 || size % kGrain != 0) {
-    return Fail(EINVAL, "CUDA region '%s': the pointer must be 256-byte aligned and the size a multiple of %zu", name,
-                kGrain);
-  }
-  std::string why;
-  if (int e = gpumigrate::shimcuda::Register(dptr, size, &why); e != 0) {
-    return Fail(-e, "CUDA region '%s': %s", name, why.c_str());
-  }
-  Region r{name, nullptr, size, hint, flags, -1, false, dptr};
-  return AddRegion(std::move(r));
-}
-
-GM_EXPORT int gm_shim_set_state(gm_shim_save_fn save, void* ctx, size_t size_hint) {
-  Shim& sh = S();
-  std::lock_guard lk(sh.mu);
-  sh.save = save;
-  sh.save_ctx = ctx;
-  sh.state_hint = size_hint;
-  return 0;
-}
 
 GM_EXPORT int gm_shim_start(void) { return Start(false); }
 GM_EXPORT int gm_shim_start_adopt(void) { return Start(true); }
@@ -697,4 +596,5 @@ GM_EXPORT void gm_shim_shutdown(void) {
   sh.save = nullptr;
   sh.cv.notify_all();
   gpumigrate::shimcuda::Reset();
+  gpumigrate::shimdma::Reset();
 }

@@ -52,12 +52,20 @@ Result<ProcSpec> ParseProcSpec(std::string_view text);
 
 using ProcRole = DeviceRole;  // the name proc callers use
 
+namespace vfio {
+class Kernel;
+}
+
 class ProcDevice : public Device {
  public:
   // Connects to the shim of spec.pid. A source device starts RUNNING (the
   // workload runs on); a destination device starts in STOP.
+  // `dma_kernel`: the kernel the IOMMU dirty trackers of DMA-written regions
+  // call (gm_shim_dma_iommufd / gm_shim_dma_logging); nullptr: the real one
+  // (tests pass a fake).
   static Result<std::unique_ptr<ProcDevice>> Connect(const ProcSpec& spec, ProcRole role,
-                                                     std::chrono::milliseconds timeout = std::chrono::seconds(10));
+                                                     std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                                                     vfio::Kernel* dma_kernel = nullptr);
 
   virtual int pid() const = 0;
   // The tracker in use ("pagemap-scan", "sync-wp", "hash", "gpu-hash",

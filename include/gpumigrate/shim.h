@@ -59,7 +59,9 @@ extern "C" {
 
 /* Region flags. */
 /* Also written where page tables do not see it (device DMA into pinned memory,
- * another mapping of the same memfd, pwrite): tracked by page hashing. */
+ * another mapping of the same memfd, pwrite): tracked by page hashing, or by the
+ * IOMMU's dirty bits or the device's DMA log when gm_shim_dma_iommufd /
+ * gm_shim_dma_logging says how the device reaches it. */
 #define GM_SHIM_DMA_WRITTEN (1u << 0)
 /* gm_shim_alloc: ask for transparent huge pages (MADV_HUGEPAGE). */
 #define GM_SHIM_HUGEPAGE (1u << 1)
@@ -71,6 +73,24 @@ void* gm_shim_alloc(const char* name, size_t size, uint32_t hint, uint32_t flags
 /* Registers memory the program mapped itself (private anonymous; page aligned).
  * The mapping must outlive the shim. */
 int gm_shim_register(const char* name, void* addr, size_t size, uint32_t hint, uint32_t flags);
+
+/* A region flagged GM_SHIM_DMA_WRITTEN that a device writes through an iommufd
+ * IO address space (a process driving its device through VFIO cdev + iommufd):
+ * gpumigrate then reads the IOMMU's dirty bits for it (IOMMU_HWPT_GET_DIRTY_BITMAP)
+ * instead of hashing the region at every sync. `iommufd`: this process's
+ * /dev/iommu; `dev_id`: the device's id in it (VFIO_DEVICE_BIND_IOMMUFD's
+ * out_devid); `hwpt_id`: the HWPT the device is attached to, which must have
+ * been allocated with IOMMU_HWPT_ALLOC_DIRTY_TRACKING; `iova`: where the region
+ * starts in that IO address space (4 KiB aligned; the whole region mapped).
+ * gpumigrate switches the HWPT's dirty tracking on for a migration and off after
+ * it. The shim keeps a duplicate of the descriptor. Call before gm_shim_start.
+ * Where the IOMMU keeps no dirty bits, gpumigrate hashes the region and says why. */
+int gm_shim_dma_iommufd(const char* region, int iommufd, uint32_t dev_id, uint32_t hwpt_id, uint64_t iova);
+
+/* The same through the device's own DMA log (VFIO DMA logging, e.g. mlx5):
+ * `vfio_device_fd` is the device's VFIO fd; the region lies at `iova` in the
+ * device's IO address space. gpumigrate starts and stops the log. */
+int gm_shim_dma_logging(const char* region, int vfio_device_fd, uint64_t iova);
 
 /* Registers `size` bytes of CUDA device memory at device pointer `dptr` (256-byte
  * aligned; size a multiple of 2 KiB) as a region. Call it with the application's

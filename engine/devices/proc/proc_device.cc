@@ -20,8 +20,10 @@
 #include "engine/devices/cuda/digest_tracker.h"
 #include "engine/devices/cuda/page_hash.h"
 #include "engine/devices/proc/cuda_staging.h"
+#include "engine/devices/proc/dma_tracking.h"
 #include "engine/devices/proc/shim_protocol.h"
 #include "engine/devices/proc/trackers.h"
+#include "engine/devices/vfio/kernel.h"
 #include "gpumigrate/proc.h"
 #include "gpumigrate/units.h"
 
@@ -41,11 +43,13 @@ struct Region {
   int memfd = -1;
   std::byte* map = nullptr;
   bool cuda = false;  // device memory: through staging_
+  int dma_fd = -1;    // the iommufd or VFIO device fd its DMA is tracked through (dma_kernel_'s), or -1
 };
 
 class ProcDeviceImpl : public ProcDevice {
  public:
-  ProcDeviceImpl(const ProcSpec& spec, ProcRole role, int sock) : spec_(spec), role_(role), sock_(sock) {
+  ProcDeviceImpl(const ProcSpec& spec, ProcRole role, int sock, vfio::Kernel& dma_kernel)
+      : spec_(spec), role_(role), sock_(sock), dma_kernel_(dma_kernel) {
     state_ = role == ProcRole::kSource ? DeviceState::kRunning : DeviceState::kStop;
   }
 
@@ -60,6 +64,7 @@ class ProcDeviceImpl : public ProcDevice {
       if (r.memfd >= 0) close(r.memfd);
     }
     if (uffd_ >= 0) close(uffd_);
+    for (int fd : dma_fds_) (void)dma_kernel_.Close(fd);  // after the tracker that borrowed them
   }
 
   Status Init(std::chrono::milliseconds timeout) {
@@ -324,6 +329,10 @@ class ProcDeviceImpl : public ProcDevice {
       infos_.push_back(r.info);
       regions_.push_back(r);
     }
+    if (Status st = AdoptDmaFds(fds); !st.ok()) {
+      close_fds();
+      return st;
+    }
     if (head.uffd_index >= 0 && static_cast<size_t>(head.uffd_index) < fds.size()) {
       uffd_ = fcntl(fds[head.uffd_index], F_DUPFD_CLOEXEC, 0);
     }
@@ -371,8 +380,36 @@ class ProcDeviceImpl : public ProcDevice {
                                    max_pages);
   }
 
+  // The source's DMA descriptors (one per distinct iommufd or VFIO device the
+  // shim sent), adopted into dma_kernel_ once each; the regions point at them.
+  Status AdoptDmaFds(const std::vector<int>& fds) {
+    if (role_ != ProcRole::kSource || spec_.tracker == ProcTracking::kHash) return Status::Ok();
+    std::vector<std::pair<int32_t, int>> adopted;  // fd index -> dma_kernel_ fd
+    for (Region& r : regions_) {
+      const int32_t i = r.desc.dma_fd_index;
+      if (r.desc.dma_kind == 0 || !(r.desc.flags & w::kRegionDmaWritten) || r.cuda) continue;
+      if (i < 0 || static_cast<size_t>(i) >= fds.size()) {
+        return Corrupt(fmt::format("proc device: region '{}' names a DMA descriptor the shim did not send", r.info.name));
+      }
+      auto at = std::find_if(adopted.begin(), adopted.end(), [&](const auto& a) { return a.first == i; });
+      if (at == adopted.end()) {
+        int dup = fcntl(fds[static_cast<size_t>(i)], F_DUPFD_CLOEXEC, 0);
+        int kfd = dup < 0 ? -errno : dma_kernel_.Adopt(dup);
+        if (kfd < 0) {
+          return Status::FromErrno(kfd, fmt::format("proc device: taking the DMA descriptor of region '{}'",
+                                                    r.info.name));
+        }
+        dma_fds_.push_back(kfd);
+        at = adopted.insert(adopted.end(), {i, kfd});
+      }
+      r.dma_fd = at->second;
+    }
+    return Status::Ok();
+  }
+
   Status MakeTracker() {
     std::vector<proc::TrackedRegion> by_uffd, by_hash;
+    std::vector<proc::DmaRegion> by_dma;
     std::vector<uint32_t> by_digest;
     std::string hashed;
     for (const Region& r : regions_) {
@@ -381,7 +418,12 @@ class ProcDeviceImpl : public ProcDevice {
         continue;
       }
       proc::TrackedRegion t{r.info.id, r.desc.addr, r.desc.size, r.info.page_size};
-      if (r.desc.registered != 0 && uffd_ >= 0) {
+      if ((r.desc.flags & w::kRegionDmaWritten) && spec_.tracker != ProcTracking::kHash) {
+        const bool declared = r.dma_fd >= 0;
+        by_dma.push_back({r.info.id, r.info.name, r.desc.size, r.info.page_size,
+                          declared ? static_cast<w::DmaKind>(r.desc.dma_kind) : w::DmaKind::kNone, r.dma_fd,
+                          r.desc.dma_dev_id, r.desc.dma_hwpt_id, r.desc.dma_iova});
+      } else if (r.desc.registered != 0 && uffd_ >= 0) {
         by_uffd.push_back(t);
       } else {
         by_hash.push_back(t);
@@ -406,6 +448,17 @@ class ProcDeviceImpl : public ProcDevice {
       }
       parts.emplace_back(ids(by_uffd), std::move(t));
     }
+    if (!hashed.empty()) reason_ += fmt::format("; hashing {} (written where page tables do not see it)", hashed);
+    if (!by_dma.empty()) {
+      // DMA-written: the hardware's own record where the workload said how to reach it.
+      proc::DmaTracking dma = proc::MakeDmaTracking(dma_kernel_, by_dma);
+      for (auto& p : dma.parts) parts.push_back(std::move(p));
+      for (uint32_t id : dma.hashed) {
+        const Region& r = regions_[id];
+        by_hash.push_back({r.info.id, r.desc.addr, r.desc.size, r.info.page_size});
+      }
+      reason_ += "; " + dma.reason;
+    }
     if (!by_hash.empty()) {
       parts.emplace_back(ids(by_hash), proc::MakeHashTracker(
                                            [this](uint32_t region, uint64_t off, std::span<std::byte> out) {
@@ -413,7 +466,6 @@ class ProcDeviceImpl : public ProcDevice {
                                            },
                                            by_hash));
     }
-    if (!hashed.empty()) reason_ += fmt::format("; hashing {} (written where page tables do not see it)", hashed);
     if (!by_digest.empty()) {
       const std::string note = fmt::format("CUDA regions: {}", staging_->note());
       reason_ = parts.empty() ? note : reason_ + "; " + note;
@@ -487,6 +539,8 @@ class ProcDeviceImpl : public ProcDevice {
   std::vector<RegionInfo> infos_;
   std::unique_ptr<DirtyTracker> tracker_;
   std::unique_ptr<proc::CudaStaging> staging_;
+  vfio::Kernel& dma_kernel_;
+  std::vector<int> dma_fds_;  // dma_kernel_'s descriptors, borrowed by the DMA trackers
   std::string reason_;
 };
 
@@ -520,9 +574,9 @@ Result<int> ConnectShim(int pid) {
 }  // namespace
 
 Result<std::unique_ptr<ProcDevice>> ProcDevice::Connect(const ProcSpec& spec, ProcRole role,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout, vfio::Kernel* dma_kernel) {
   GM_ASSIGN_OR_RETURN(int fd, ConnectShim(spec.pid));
-  auto dev = std::make_unique<ProcDeviceImpl>(spec, role, fd);
+  auto dev = std::make_unique<ProcDeviceImpl>(spec, role, fd, dma_kernel ? *dma_kernel : vfio::RealKernel());
   GM_RETURN_IF_ERROR(dev->Init(timeout));
   return std::unique_ptr<ProcDevice>(std::move(dev));
 }

@@ -30,7 +30,7 @@
 namespace gpumigrate::shimwire {
 
 inline constexpr uint32_t kMagic = 0x48534d47;  // "GMSH"
-inline constexpr uint32_t kShimAbi = 2;
+inline constexpr uint32_t kShimAbi = 3;
 inline constexpr uint32_t kMaxPayload = 1u << 30;
 inline constexpr int kMaxFds = 64;
 
@@ -71,6 +71,10 @@ struct HelloReq {
   uint32_t reserved = 0;
 };
 
+// How a device reaches a region it writes by DMA (gm_shim_dma_iommufd / _logging).
+enum class DmaKind : uint32_t { kNone = 0, kIommufd = 1, kDmaLogging = 2 };
+
+inline constexpr uint32_t kRegionDmaWritten = 1u << 0;  // GM_SHIM_DMA_WRITTEN (checked in shim/registration.cc)
 inline constexpr uint32_t kRegionMemfd = 1u << 16;  // shim-internal: fd_index is valid
 inline constexpr uint32_t kRegionCuda = 1u << 17;   // device memory: addr is a CUdeviceptr
 
@@ -83,9 +87,14 @@ struct RegionDesc {
   uint32_t flags = 0;      // GM_SHIM_* flags | kRegionMemfd
   int32_t fd_index = -1;   // index into the fds passed with the reply, or -1
   uint32_t registered = 0; // 1: registered with the session's userfaultfd
+  uint32_t dma_kind = 0;     // DmaKind (source Hello only)
+  int32_t dma_fd_index = -1; // the iommufd or VFIO device fd among the reply's fds, or -1
+  uint32_t dma_dev_id = 0;   // iommufd: the device's id in it
+  uint32_t dma_hwpt_id = 0;  // iommufd: the HWPT the device is attached to (DIRTY_TRACKING)
   uint32_t reserved = 0;
+  uint64_t dma_iova = 0;     // where the region starts in the device's IO address space
 };
-static_assert(sizeof(RegionDesc) == 88);
+static_assert(sizeof(RegionDesc) == 112);
 
 struct LayoutHead {
   uint32_t abi = kShimAbi;

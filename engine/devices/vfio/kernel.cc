@@ -38,6 +38,7 @@ class Real final : public Kernel {
     return nullptr;
   }
   int Munmap(void* addr, size_t len) override { return ::munmap(addr, len) == 0 ? 0 : -errno; }
+  int Adopt(int received_fd) override { return received_fd; }
 };
 
 }  // namespace

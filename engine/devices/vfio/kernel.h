@@ -31,6 +31,11 @@ class Kernel {
   // mmap(2) of a device region: the address, or nullptr with *err = errno.
   virtual void* Mmap(size_t len, int prot, int flags, int fd, off_t offset, int* err) = 0;
   virtual int Munmap(void* addr, size_t len) = 0;
+  // A descriptor received from another process (SCM_RIGHTS: a workload's
+  // iommufd or VFIO device fd), owned from now on: the descriptor to use with
+  // this kernel, or -errno. The real kernel uses it as it is; a fake finds the
+  // file the test set up for it.
+  virtual int Adopt(int received_fd) = 0;
 };
 
 // The process's real kernel (thread-safe, stateless).

@@ -28,6 +28,7 @@ class CountingKernel final : public Kernel {
     return k_.Mmap(len, prot, flags, fd, offset, err);
   }
   int Munmap(void* addr, size_t len) override { return k_.Munmap(addr, len); }
+  int Adopt(int received_fd) override { return k_.Adopt(received_fd); }
 
   std::atomic<size_t> writes{0};
   std::atomic<size_t> max_write{0};  // the largest single write(2) asked for

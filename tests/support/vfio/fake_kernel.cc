@@ -2,7 +2,10 @@
 
 #include <sys/mman.h>
 
+#include <unistd.h>
+
 #include <cerrno>
+#include <string>
 
 namespace gpumigrate::vfio::fake {
 
@@ -90,5 +93,34 @@ void* FakeKernel::Mmap(size_t len, int prot, int flags, int fd, off_t offset, in
 }
 
 int FakeKernel::Munmap(void* addr, size_t len) { return ::munmap(addr, len) == 0 ? 0 : -errno; }
+
+void FakeKernel::AddReceivable(const std::string& memfd_name, std::shared_ptr<File> file) {
+  std::lock_guard lk(mu_);
+  receivable_[memfd_name] = std::move(file);
+}
+
+// A memfd's /proc/self/fd link reads "/memfd:NAME (deleted)".
+int FakeKernel::Adopt(int received_fd) {
+  char link[256];
+  const std::string path = "/proc/self/fd/" + std::to_string(received_fd);
+  ssize_t n = readlink(path.c_str(), link, sizeof(link) - 1);
+  (void)close(received_fd);
+  if (n <= 0) return -EBADF;
+  std::string target(link, static_cast<size_t>(n));
+  const std::string prefix = "/memfd:", suffix = " (deleted)";
+  if (target.rfind(prefix, 0) != 0) return -EBADF;
+  target = target.substr(prefix.size());
+  if (target.size() > suffix.size() && target.compare(target.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    target.resize(target.size() - suffix.size());
+  }
+  std::shared_ptr<File> file;
+  {
+    std::lock_guard lk(mu_);
+    auto it = receivable_.find(target);
+    if (it == receivable_.end()) return -EBADF;
+    file = it->second;
+  }
+  return Install(std::move(file));
+}
 
 }  // namespace gpumigrate::vfio::fake

@@ -46,11 +46,17 @@ class FakeKernel final : public Kernel {
   int Close(int fd) override;
   void* Mmap(size_t len, int prot, int flags, int fd, off_t offset, int* err) override;
   int Munmap(void* addr, size_t len) override;
+  // Received descriptors: a test stands a memfd named `memfd_name` in for the
+  // real file (the workload passes it over the shim socket); Adopt() of a
+  // descriptor of such a memfd closes it and installs `file` at a new fd.
+  void AddReceivable(const std::string& memfd_name, std::shared_ptr<File> file);
+  int Adopt(int received_fd) override;  // -EBADF for anything else
 
  private:
   std::mutex mu_;
   std::map<std::string, std::function<std::shared_ptr<File>()>> paths_;
   std::map<int, std::shared_ptr<File>> fds_;
+  std::map<std::string, std::shared_ptr<File>> receivable_;
   int next_fd_ = 100;  // far from real fds, so a fake fd used with the real kernel fails loudly
 };
 
