@@ -57,6 +57,11 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     Print(out, "\n");
     for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) Print(out, "    {:<16} {:>9.2f} ms\n", k, v);
   }
+  if (!r.scrub.empty()) {
+    Print(out, "  scrub:      {}", r.scrub);
+    if (r.scrubbed) Print(out, " in {:.1f} ms, after the stun", r.scrub_ms);
+    Print(out, "\n");
+  }
 }
 
 // The probe's report: the rounds as measured beside the estimator's prediction.

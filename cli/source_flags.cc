@@ -34,6 +34,10 @@ void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams) {
                 "drain-and-replace) or switch over anyway")
       ->check(CLI::IsMember({"abort", "switch"}))
       ->capture_default_str();
+  c->add_flag("--no-scrub", f.no_scrub,
+              "After a completed migration, leave the released source's memory as it is (default: zero it, so the "
+              "next tenant of that memory cannot read this workload's data; skip it only when the device is "
+              "destroyed anyway)");
 }
 
 Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
@@ -44,6 +48,7 @@ Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
   o.verify_full = f.verify == "full";
   GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));
   o.switch_when_not_converging = f.if_not_converging == "switch";
+  o.scrub = !f.no_scrub;
   if (!f.bandwidth.empty()) {
     GM_ASSIGN_OR_RETURN(o.bandwidth_limit_bytes_per_s, ParseRateBytesPerS(f.bandwidth));
   }

@@ -26,6 +26,7 @@ struct SourceFlags {
   std::string codec = "none";
   std::string verify = "digest";
   std::string if_not_converging = "abort";
+  bool no_scrub = false;
 };
 
 // `with_streams`: a checkpoint writes one stream to its file and takes no --streams.

@@ -42,6 +42,7 @@ class Forwarding : public Base {
   Result<size_t> ReadStateChunk(std::span<std::byte> out) override { return inner_->ReadStateChunk(out); }
   Status WriteStateChunk(std::span<const std::byte> in) override { return inner_->WriteStateChunk(in); }
   std::string LostState() const override { return inner_->LostState(); }
+  Status Scrub() override { return inner_->Scrub(); }
   DirtyTracker* Tracker() override { return inner_->Tracker(); }
 
  protected:

@@ -373,6 +373,18 @@ int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
       lk.unlock();
       Log("released: the workload now runs on the destination");
       return Reply(s, type);
+    case w::Msg::kScrub:
+      // After a completed migration, before release: the next tenant of this
+      // memory must not read the workload's data. Only while it cannot write.
+      if (!src) break;
+      if (!sh.paused || sh.released) {
+        lk.unlock();
+        return ReplyError(s, type, EBUSY, "the workload is not paused: its memory is zeroed only once it is stopped");
+      }
+      ZeroRegions();
+      lk.unlock();
+      Log("scrubbed: every region zeroed");
+      return Reply(s, type);
     case w::Msg::kLoadState:
       if (src) break;
       sh.loaded = std::move(payload);

@@ -123,6 +123,11 @@ std::string ReportToJson(const MigrationReport& r) {
     j["failed_phase"] = StepName(r.failed_phase);
   }
   if (!r.source_cleanup.ok()) j["cleanup_error"] = r.source_cleanup.message();
+  if (!r.scrub.empty()) {
+    j["scrubbed"] = r.scrubbed;
+    j["scrub_ms"] = Round3(r.scrub_ms);
+    j["scrub"] = r.scrub;
+  }
   if (!r.resolution.empty()) j["resolution"] = r.resolution;
   return j.dump();
 }

@@ -21,6 +21,7 @@
 #include "engine/session/mailbox.h"
 #include "engine/session/page_classifier.h"
 #include "engine/session/page_hashes.h"
+#include "engine/session/scrub.h"
 #include "engine/session/state_stream.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
@@ -441,6 +442,7 @@ MigrationReport Source::Teardown(Outcome outcome, Status st) {
       break;
   }
   report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
+  if (CleanupFor(outcome, opt_.fate) == Outcome::kCompleted) Scrub(dev_, opt_.scrub, clock_, report_);
   report_.source_cleanup = dev_.SaveCleanup(CleanupFor(outcome, opt_.fate));
   report_.total_ms = MsBetween(t0_, clock_.Now());
   if (outcome == Outcome::kCompleted) {

@@ -161,6 +161,16 @@ class Device {
     return Unimplemented(Describe() + ": the device state is not a stream");
   }
 
+  // Zeroes the device's memory so that the next tenant of that memory cannot
+  // read what this workload left there (GPU memory has leaked across tenants:
+  // LeftoverLocals). The session calls it on a source whose migration completed
+  // and which is released (SourceFate::kRelease), outside the stun, before
+  // SaveCleanup; SourceOptions::scrub = false (--no-scrub) skips it. A
+  // destination zeroes what it received when it discards a migration, as part
+  // of SetState(kError). A backend that cannot zero its memory says why
+  // (kUnimplemented by default) and the report says it was not scrubbed.
+  virtual Status Scrub() { return Unimplemented(Describe() + ": this device cannot zero its memory"); }
+
   // Non-empty once a recovery during this migration had to throw away the
   // device's own state (a VFIO device reset out of ERROR): what was lost. The
   // session then says so instead of "memory intact" (source) or "holds the

@@ -92,6 +92,11 @@ struct MigrationReport {
   };
   std::vector<StreamStat> streams;
   Status source_cleanup;             // the device's SaveCleanup/LoadCleanup hook, when it failed
+  // Source, completed and released: whether its memory was zeroed (Device::Scrub),
+  // how long that took (outside the stun), and in words what was done or why not.
+  bool scrubbed = false;
+  double scrub_ms = 0;
+  std::string scrub;                 // "" when no scrub was due (not completed, resumed, held)
   bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
   bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };

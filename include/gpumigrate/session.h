@@ -128,6 +128,9 @@ struct SourceOptions {
   // Stop the device at once and copy everything during the stun (no pre-copy).
   bool stop_and_copy = false;
   SourceFate fate = SourceFate::kRelease;            // after a completed session
+  // A released source's memory is zeroed after the migration (Device::Scrub);
+  // false (--no-scrub) when the device is destroyed anyway.
+  bool scrub = true;
   std::optional<SessionContinuation> continuation;
   // Called once every page is sent, just before Prepare, with the hash of each
   // page the destination now holds (per region, Regions() order): what a later

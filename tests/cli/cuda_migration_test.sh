@@ -50,8 +50,10 @@ migrate_case() {
     --dump-hashes "$tmp/$name.dst.hashes"
   local dpid=$wpid dtpid=$tpid
   start_receiver "$name" "cuda:$dpid$suffix"  # the same page size on both sides
+  # --no-scrub: the source dumps its page digests after the release, to be compared
+  # with the destination's (the scrub case below checks the scrub).
   timeout 120 "$bin" migrate --to "127.0.0.1:$port" --device "cuda:$spid$suffix" --insecure-no-tls --streams 2 \
-    --warmup 300ms --json >"$tmp/$name.json" 2>"$tmp/$name.err"
+    --warmup 300ms ${SCRUB_FLAG---no-scrub} --json >"$tmp/$name.json" 2>"$tmp/$name.err"
   check "$name: migrate" 0 $?
   wait "$rpid"; check "$name: receive" 0 $?
   wait "$stpid"; check "$name: source workload exits after release" 0 $?
@@ -59,7 +61,16 @@ migrate_case() {
   contains "$name: source was released" "$tmp/$name.src.out" "released at step"
   contains "$name: destination adopted every page" "$tmp/$name.dst.out" "kv pages equal to the source at stop"
   contains "$name: destination ran on" "$tmp/$name.dst.out" "ran on to step"
-  if [ -s "$tmp/$name.src.hashes" ] && cmp -s "$tmp/$name.src.hashes" "$tmp/$name.dst.hashes"; then
+  if [ -z "${SCRUB_FLAG---no-scrub}" ]; then
+    # Scrubbed: every page of the released source is zero (one digest for all), the destination's are not.
+    if python3 -c 'import sys; d = open(sys.argv[1], "rb").read(); sys.exit(not d or len({d[i:i+8] for i in range(0, len(d), 8)}) != 1)' \
+         "$tmp/$name.src.hashes" && ! cmp -s "$tmp/$name.src.hashes" "$tmp/$name.dst.hashes"; then
+      echo "ok: $name: the released source's device memory is zeroed"
+    else
+      echo "FAIL: $name: the released source's device memory still holds data"; fail=1
+    fi
+    json_check "$tmp/$name.json" 'r["scrubbed"] is True' "$name: report says the source was scrubbed"
+  elif [ -s "$tmp/$name.src.hashes" ] && cmp -s "$tmp/$name.src.hashes" "$tmp/$name.dst.hashes"; then
     echo "ok: $name: destination device memory equals the source's at stop, page for page"
   else
     echo "FAIL: $name: page digests differ"; fail=1
@@ -95,12 +106,14 @@ auto=host-hash
 migrate_case auto "" "$auto"
 migrate_case host ",hash=host" "host-hash (.*forced (hash=host)"
 migrate_case page1m ",page=1MiB" "$auto"
+SCRUB_FLAG= migrate_case scrub "" "$auto"
 
 # A live checkpoint to a file (then the source is released) restored into a
 # fresh process: every byte checked, digests equal to the source's at stop.
 start_workload ck.src --weights 8MiB --kv 8MiB --rate 10MB/s --dump-hashes "$tmp/ck.src.hashes"
 ckstpid=$tpid
-timeout 120 "$bin" checkpoint --device "cuda:$wpid" --to "$tmp/ck.ckpt" --then release --warmup 200ms \
+# --no-scrub: the released source's page digests are compared with the restored process's.
+timeout 120 "$bin" checkpoint --device "cuda:$wpid" --to "$tmp/ck.ckpt" --then release --warmup 200ms --no-scrub \
   >"$tmp/ck.out" 2>&1
 check "checkpoint of a CUDA process" 0 $?
 wait "$ckstpid"; check "checkpoint: the released source exits" 0 $?

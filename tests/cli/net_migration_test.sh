@@ -37,16 +37,18 @@ timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tl
 check "migrate over 1 stream" 0 $?
 wait $rpid; check "receive over 1 stream" 0 $?
 json_check "$tmp/one.json" 'r["outcome"] == "completed" and r["verified"] and len(r["rounds"]) >= 2' "source completed and verified"
+json_check "$tmp/one.json" 'r["scrubbed"] is True and "zeroed" in r["scrub"]' "the released source's memory is zeroed"
 json_check "$tmp/one.recv.json" 'r["outcome"] == "completed" and r["verified"] and r["destination"]["self_check"] == "ok"' \
   "destination verified and its workload self-checks after resume"
 
 # 2. Several streams with compression on a capped link.
 start_receiver multi "$dev"
 timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --streams 3 --codec zstd \
-  --bandwidth 200MB/s --downtime-target 50ms --warmup 50ms --json >"$tmp/multi.json" 2>/dev/null
+  --bandwidth 200MB/s --downtime-target 50ms --warmup 50ms --no-scrub --json >"$tmp/multi.json" 2>/dev/null
 check "migrate over 3 streams with zstd" 0 $?
 wait $rpid; check "receive over 3 streams" 0 $?
 json_check "$tmp/multi.json" 'r["outcome"] == "completed" and r["compression_ratio"] > 1.2' "compressed over 3 streams"
+json_check "$tmp/multi.json" 'r["scrubbed"] is False and "--no-scrub" in r["scrub"]' "--no-scrub leaves the source and says so"
 json_check "$tmp/multi.recv.json" 'r["destination"]["self_check"] == "ok"' "destination self-check after 3 streams"
 
 # 3. The receiver is killed with SIGKILL mid-migration: the source aborts and keeps running.

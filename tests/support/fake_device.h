@@ -43,6 +43,8 @@ class FakeDevice final : public Device, public DirtyTracker {
   std::function<void(int sync_index)> on_sync;
   std::vector<DeviceState> transitions;
   int syncs = 0;
+  int scrubs = 0;                    // Scrub() calls
+  std::optional<Status> scrub_fails;  // Scrub() returns this, zeroing nothing
   const std::vector<std::byte>& memory(uint32_t id) { return mem_[id]; }
 
   // --- Device ---
@@ -81,6 +83,13 @@ class FakeDevice final : public Device, public DirtyTracker {
   Status LoadState(std::span<const std::byte> blob) override {
     if (fail_load_state) return Corrupt("fake: load state failed: blob rejected");
     loaded_state.assign(blob.begin(), blob.end());
+    return Status::Ok();
+  }
+  Status Scrub() override {
+    ++scrubs;
+    if (scrub_fails) return *scrub_fails;
+    std::lock_guard lk(mu_);
+    for (auto& [id, m] : mem_) std::fill(m.begin(), m.end(), std::byte{0});
     return Status::Ok();
   }
   PendingBytes PendingEstimate() const override { return PendingBytes{state_blob.size()}; }

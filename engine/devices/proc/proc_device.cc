@@ -34,6 +34,7 @@ namespace w = shimwire;
 
 constexpr int kReplyTimeoutMs = 10000;
 constexpr int kPauseTimeoutMs = 8000;  // the shim gives the workload 5 s
+constexpr int kScrubTimeoutMs = 120000;  // zeroing every region (tens of GiB of CUDA memory at memset speed)
 constexpr int kHashTimeoutMs = 60000;  // one digest request: at most kHashRequestBytes hashed
 constexpr uint64_t kHashRequestBytes = 256u << 20;
 
@@ -129,6 +130,17 @@ class ProcDeviceImpl : public ProcDevice {
   }
 
   // --- Device ---
+  // The shim zeroes every region (memfds: holes punched; private memory:
+  // MADV_DONTNEED; CUDA regions: memset on the device) while the workload is
+  // paused after the switchover.
+  Status Scrub() override {
+    if (role_ != ProcRole::kSource || state_ != DeviceState::kStop) {
+      return FailedPrecondition(fmt::format("scrub: only a stopped source is scrubbed (this one is {})",
+                                            DeviceStateName(state_)));
+    }
+    return Request(w::Msg::kScrub, {}, kScrubTimeoutMs).status().WithContext(fmt::format("scrub process {}", spec_.pid));
+  }
+
   std::string Describe() const override {
     uint64_t total = 0;
     for (const Region& r : regions_) total += r.info.size_bytes;

@@ -50,6 +50,7 @@ enum class Msg : uint16_t {
   kCudaWrite = 13,  // engine: CudaXfer      shim: the slot's bytes now on the device (destination)
   kCudaZero = 14,   // engine: CudaXfer      shim: the range zeroed (destination; slot unused)
   kCudaHash = 15,   // engine: CudaHashReq   shim: uint64 digest per page (page_hash.h)
+  kScrub = 16,      // source, paused after a completed migration: zero every region (host and CUDA)
 };
 
 enum class Role : uint32_t { kSource = 1, kDestination = 2 };

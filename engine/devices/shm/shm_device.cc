@@ -1,6 +1,7 @@
 // The shm backend (gpumigrate/shm.h): a shared memory file, read and written
 // with pread/pwrite, dirty pages found by hashing.
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -105,6 +106,28 @@ class ShmDeviceImpl : public ShmDevice {
     return Status::Ok();
   }
 
+  // The source's file is opened read-only for the migration: zeroing it takes
+  // a writable descriptor of the same file (checked by inode, so a file put in
+  // its place meanwhile is never touched). Holes are punched where the file
+  // system can (the pages are freed and read back as zeros), else zeros written.
+  Status Scrub() override {
+    int fd = fd_;
+    if (role_ == DeviceRole::kSource) {
+      fd = ::open(spec_.path.c_str(), O_RDWR | O_CLOEXEC);
+      if (fd < 0) return Status::FromErrno(errno, fmt::format("shm {}: scrub: opening it for writing", spec_.path));
+      struct stat a {}, b {};
+      if (::fstat(fd_, &a) != 0 || ::fstat(fd, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        ::close(fd);
+        return FailedPrecondition(fmt::format("shm {}: scrub: the path now names another file than the one "
+                                              "migrated; nothing zeroed",
+                                              spec_.path));
+      }
+    }
+    Status st = ZeroFile(fd);
+    if (fd != fd_) ::close(fd);
+    return st;
+  }
+
   Result<std::vector<std::byte>> SaveState() override {
     if (state_ != DeviceState::kStopCopy) {
       return FailedPrecondition(fmt::format("shm: SaveState in {} (only in STOP_COPY)", DeviceStateName(state_)));
@@ -129,6 +152,20 @@ class ShmDeviceImpl : public ShmDevice {
   Status CheckWritable(std::string_view action) const {
     if (role_ != DeviceRole::kDestination) {
       return FailedPrecondition(fmt::format("shm {}: {} on a source (its file is opened read-only)", spec_.path, action));
+    }
+    return Status::Ok();
+  }
+
+  Status ZeroFile(int fd) const {
+    const auto size = static_cast<off_t>(regions_[0].size_bytes);
+    if (::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, size) == 0) return Status::Ok();
+    static const std::array<std::byte, kZeroChunk> kZeros{};
+    for (off_t at = 0; at < size;) {
+      const size_t n = static_cast<size_t>(std::min<off_t>(static_cast<off_t>(kZeroChunk), size - at));
+      ssize_t w = ::pwrite(fd, kZeros.data(), n, at);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return Status::FromErrno(w < 0 ? errno : ENOSPC, fmt::format("shm {}: zeroing at {}", spec_.path, at));
+      at += w;
     }
     return Status::Ok();
   }

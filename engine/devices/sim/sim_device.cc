@@ -212,6 +212,27 @@ class SimDeviceImpl final : public SimDevice {
     return Status::Ok();
   }
 
+  // A source's pages are computed from (seed, page, version), version 0 being a
+  // zero page: every version goes to 0. A destination drops its memory
+  // (private anonymous: it reads back as zeros). Only with the workload stopped.
+  Status Scrub() override {
+    std::lock_guard op(op_mu_);
+    const DeviceState cur = state_.load();
+    if (cur == DeviceState::kRunning || cur == DeviceState::kPreCopy) {
+      return FailedPrecondition(fmt::format("sim device: scrub failed: the device is {}, its workload runs",
+                                            DeviceStateName(cur)));
+    }
+    PauseWorkload();
+    for (auto& r : regions_) {
+      if (r.mem != nullptr) {
+        if (madvise(r.mem, r.info.size_bytes, MADV_DONTNEED) != 0) std::memset(r.mem, 0, r.info.size_bytes);
+      } else if (r.versions) {
+        for (uint64_t p = 0; p < r.info.pages(); ++p) r.versions[p].store(0, std::memory_order_release);
+      }
+    }
+    return Status::Ok();
+  }
+
   Status WriteZeros(uint32_t region, uint64_t offset, uint64_t length) override {
     GM_ASSIGN_OR_RETURN(SimRegion * r, CheckWritable(region, offset, length));
     std::memset(r->mem + offset, 0, length);

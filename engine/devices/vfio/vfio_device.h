@@ -45,6 +45,13 @@ class VfioDevice final : public Device {
   Result<size_t> ReadStateChunk(std::span<std::byte> out) override;
   Status WriteStateChunk(std::span<const std::byte> in) override;
   std::string LostState() const override { return lost_; }
+  // Not through VFIO migration: the device's memory is reached only through its
+  // own migration stream, and clearing it is the driver's (on the VMM's
+  // VFIO_DEVICE_RESET or when the device is unbound).
+  Status Scrub() override {
+    return Unimplemented(Describe() + ": a VFIO device's memory is not reachable through the migration uAPI; the "
+                                      "driver clears it when the VMM resets or releases the device");
+  }
   // The destination tells the source how many devices it has; the source
   // refuses a destination whose count differs before anything moves.
   std::string SetupNote() const override;

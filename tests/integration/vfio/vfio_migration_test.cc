@@ -103,6 +103,10 @@ TEST(VfioMigration, PreCopyWhileMemoryIsWrittenEndsByteIdentical) {
   EXPECT_EQ(r.src.dev->state(), kStateStop);
   EXPECT_EQ(r.dst.dev->state(), kStateRunning);
   EXPECT_TRUE(r.dst.dev->Memory() == r.src.dev->Memory()) << "destination differs from the source at stop";
+  // Its memory is the driver's to clear: the report says it was not scrubbed, and why.
+  EXPECT_FALSE(r.res.source.scrubbed);
+  EXPECT_NE(r.res.source.scrub.find("not reachable through the migration uAPI"), std::string::npos)
+      << r.res.source.scrub;
 }
 
 TEST(VfioMigration, AStreamLargerThanAFrameMovesInBoundedWrites) {

@@ -29,6 +29,7 @@ struct Fixture {
     opt.source.max_stun = 10s;
     opt.source.peer_timeout = 10s;
     opt.destination.peer_timeout = 10s;
+    opt.source.scrub = false;  // the source is compared with the destination afterwards (scrub_test.cc scrubs)
   }
   LocalMigrationResult Run() { return MigrateLocally(src, dst, opt); }
 };

@@ -140,6 +140,7 @@ TEST_P(ProcMigrationTest, DestinationEqualsTheSourceAtStop) {
   o.data_streams = 2;
   o.source.max_rounds = 4;
   o.source.switch_when_not_converging = true;
+  o.source.scrub = false;  // the source is compared with the destination afterwards
   uint64_t writes_at_start = 0, writes_at_stop = 0;
   o.source.on_phase = [&](Phase p, uint32_t round) {
     if (p == Phase::kRoundStart && round == 0) writes_at_start = w.writes();
@@ -171,6 +172,28 @@ INSTANTIATE_TEST_SUITE_P(AllTrackers, ProcMigrationTest,
                            for (auto& c : name) c = c == '-' ? '_' : c;
                            return name + "_" + MemKindName(i.param.mem);
                          });
+
+// After a completed migration the released source's memory is zeroed by its
+// shim (memfd: holes punched; private memory: dropped), so the next tenant of
+// that memory cannot read it; the destination keeps its copy.
+TEST(ProcMigration, ACompletedMigrationZeroesTheReleasedSource) {
+  for (MemKind kind : {MemKind::kMemfd, MemKind::kAnon}) {
+    SCOPED_TRACE(MemKindName(kind));
+    InProcessWorkload w(kind, 4u << 20);
+    ASSERT_TRUE(w.ok());
+    ASSERT_EQ(gm_shim_start(), 0) << gm_shim_last_error();
+    auto src = ConnectSelf();
+    ASSERT_NE(src, nullptr);
+    FakeDevice dst = DestinationFor(*src);
+    auto res = MigrateLocally(*src, dst, LocalMigrationOptions{});
+    ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
+    EXPECT_TRUE(res.source.scrubbed) << res.source.scrub;
+    uint64_t nonzero = 0;
+    for (size_t i = 0; i < w.size(); ++i) nonzero += w.mem()[i] != std::byte{0};
+    EXPECT_EQ(nonzero, 0u) << "bytes of the workload left in the released source";
+    EXPECT_EQ(dst.memory(0)[0], std::byte{0x5a}) << "the destination's copy";
+  }
+}
 
 // The shim stops serving mid pre-copy (the workload shut it down, or it died):
 // the migration ends with a clear error and the destination discards.

@@ -70,6 +70,7 @@ TEST(ShmMigration, AGuestWritingThroughItsMappingArrivesWhole) {
   });
 
   LocalMigrationOptions opt;
+  opt.source.scrub = false;  // the source file is compared with the destination's afterwards
   opt.data_streams = 2;
   opt.source.on_phase = [&](Phase phase, uint32_t) {
     if (phase == Phase::kSwitchover) {  // the hook's job under QEMU: the vCPUs stop before the device does
@@ -87,6 +88,24 @@ TEST(ShmMigration, AGuestWritingThroughItsMappingArrivesWhole) {
   EXPECT_EQ(std::filesystem::file_size(dst.path()), kSize);
 }
 
+// After the migration the released source's file is zeroed (the guest's data
+// must not stay in the host's shared memory), the destination's kept.
+TEST(ShmMigration, TheReleasedSourcesFileIsZeroed) {
+  File src("scrub-src"), dst("scrub-dst");
+  for (uint64_t i = 0; i < kSize / 8; i += 97) src.words()[i] = i + 1;
+  auto sd = ShmDevice::Open({src.path(), 4096}, DeviceRole::kSource);
+  auto dd = ShmDevice::Open({dst.path(), 4096}, DeviceRole::kDestination);
+  ASSERT_TRUE(sd.ok() && dd.ok());
+  auto res = MigrateLocally(**sd, **dd, LocalMigrationOptions{});
+  ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
+  EXPECT_TRUE(res.source.scrubbed) << res.source.scrub;
+  uint64_t left = 0;
+  for (uint64_t i = 0; i < kSize / 8; ++i) left += src.words()[i] != 0;
+  EXPECT_EQ(left, 0u) << "words of the guest's data left in the source file";
+  EXPECT_EQ(dst.words()[97], 98u);
+  EXPECT_EQ(std::filesystem::file_size(src.path()), kSize);
+}
+
 // QEMU pausing the guest by itself (QEMU 7.2 cannot be held once its RAM is
 // sent): switch_now cuts round 0 short; the pages it had not sent yet go in the
 // final round, and the destination still ends byte-identical.
@@ -100,6 +119,7 @@ TEST(ShmMigration, SwitchNowCutsTheRoundShortAndNothingIsLost) {
   std::atomic<int> asked{0};
   std::atomic<bool> paused{false};
   LocalMigrationOptions opt;
+  opt.source.scrub = false;  // the source file is compared with the destination's afterwards
   opt.source.max_frame_payload_bytes = 256 << 10;
   opt.source.downtime_target = std::chrono::nanoseconds(1);  // the rule alone would go on copying
   opt.source.switch_now = [&] {
@@ -126,6 +146,7 @@ TEST(ShmMigration, APageWrittenBackAfterItWasSentIsSentAgain) {
   auto dd = ShmDevice::Open({dst.path(), 4096}, DeviceRole::kDestination);
   ASSERT_TRUE(sd.ok() && dd.ok());
   LocalMigrationOptions opt;
+  opt.source.scrub = false;  // the source file is compared with the destination's afterwards
   opt.source.on_phase = [&](Phase phase, uint32_t round) {
     if (round != 0) return;
     if (phase == Phase::kRoundStart) src.words()[700] = 0xabcdef;  // after Start's hash, before the send

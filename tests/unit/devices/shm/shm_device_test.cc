@@ -225,3 +225,51 @@ TEST(ShmDevice, StateMachineFollowsTheVfioArcs) {
 
 }  // namespace
 }  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+// A released source's file is zeroed (it was opened read-only for the
+// migration: the scrub reopens it, checked by inode).
+TEST(ShmDevice, ScrubZeroesTheSourcesFile) {
+  ShmFile f(64 * 1024);
+  f.Put(0, "weights");
+  f.Put(60 * 1024, "kv cache");
+  auto dev = ShmDevice::Open({f.path(), 4096}, DeviceRole::kSource);
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  ASSERT_TRUE((*dev)->SetState(DeviceState::kPreCopy).ok());
+  ASSERT_TRUE((*dev)->SetState(DeviceState::kStopCopy).ok());
+  ASSERT_TRUE((*dev)->SetState(DeviceState::kStop).ok());
+  Status st = (*dev)->Scrub();
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  EXPECT_EQ(ReadString(**dev, 0, 7), std::string(7, '\0'));
+  EXPECT_EQ(ReadString(**dev, 60 * 1024, 8), std::string(8, '\0'));
+  struct stat sb {};
+  ASSERT_EQ(::stat(f.path().c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_size, 64 * 1024) << "the file keeps its size (QEMU still maps it)";
+}
+
+TEST(ShmDevice, ScrubTouchesNoFilePutInThePlaceOfTheMigratedOne) {
+  ShmFile f(16 * 1024);
+  f.Put(0, "old");
+  auto dev = ShmDevice::Open({f.path(), 4096}, DeviceRole::kSource);
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  std::filesystem::remove(f.path());
+  {
+    int fd = ::open(f.path().c_str(), O_RDWR | O_CREAT, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "new", 3, 0), 3);
+    ::close(fd);
+  }
+  Status st = (*dev)->Scrub();
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("another file"), std::string::npos) << st.message();
+  int fd = ::open(f.path().c_str(), O_RDONLY);
+  char buf[3] = {};
+  ASSERT_EQ(::pread(fd, buf, 3, 0), 3);
+  ::close(fd);
+  EXPECT_EQ(std::string(buf, 3), "new");
+}
+
+}  // namespace
+}  // namespace gpumigrate

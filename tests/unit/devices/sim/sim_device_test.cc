@@ -104,6 +104,26 @@ TEST(SimDevice, TrackerReportsWorkloadWritesButNeverWeights) {
   EXPECT_FALSE(t->Sync(0, wrong).ok());
 }
 
+// A released source reads as zeros afterwards; a running one is refused.
+TEST(SimDevice, ScrubZeroesAStoppedSourceAndRefusesARunningOne) {
+  auto dev = Make("sim:size=16MiB,hot=1MiB,page=16KiB,step=1ms,layers=4", SimRole::kSource);
+  Status running = dev->Scrub();
+  ASSERT_FALSE(running.ok());
+  EXPECT_NE(running.message().find("its workload runs"), std::string::npos) << running.message();
+  ASSERT_TRUE(dev->SetState(DeviceState::kPreCopy).ok());
+  ASSERT_TRUE(dev->SetState(DeviceState::kStopCopy).ok());
+  ASSERT_TRUE(dev->SetState(DeviceState::kStop).ok());
+  std::vector<std::byte> page(64 << 10);
+  ASSERT_TRUE(dev->Read(0, 0, page).ok());
+  ASSERT_FALSE(AllZero(page)) << "weights before the scrub";
+  ASSERT_TRUE(dev->Scrub().ok());
+  for (const auto& r : dev->Regions()) {
+    std::vector<std::byte> all(r.size_bytes);
+    ASSERT_TRUE(dev->Read(r.id, 0, all).ok());
+    EXPECT_TRUE(AllZero(all)) << r.name << " still holds data";
+  }
+}
+
 TEST(SimDevice, SourceLifecyclePausesAndResumesTheWorkload) {
   auto dev = Make("sim:size=16MiB,hot=1MiB,page=16KiB,step=1ms,layers=4", SimRole::kSource);
   EXPECT_EQ(dev->State(), DeviceState::kRunning);
