@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -16,6 +17,8 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/proc/trackers.h"
+#include "gpumigrate/bitmap.h"
+#include "gpumigrate/dirty_tracker.h"
 #include "gpumigrate/proc.h"
 #include "gpumigrate/shim.h"
 
@@ -102,6 +105,43 @@ class InProcessWorkload {
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> writes_{0};
   std::vector<std::thread> threads_;
+};
+
+// What pre-copy does with a tracker: a copy of region 0 of `dev`, kept up to
+// date from the pages each sync reports. Once the writers have stopped and a
+// last sync is copied, any page where it and the memory differ was written
+// but never reported.
+class ShadowCopy {
+ public:
+  explicit ShadowCopy(Device& dev) : dev_(dev), region_(dev.Regions()[0]), shadow_(region_.size_bytes) {
+    EXPECT_TRUE(dev_.Read(0, 0, shadow_).ok());
+  }
+  // Syncs region 0 and copies the reported pages; returns how many were reported.
+  uint64_t SyncAndCopy(DirtyTracker& t) {
+    DirtyBitmap bm(region_.pages());
+    Status st = t.Sync(0, bm);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    for (uint64_t p = bm.NextSet(0); p < bm.pages();) {
+      uint64_t end = bm.NextClear(p);
+      uint64_t off = p * region_.page_size, len = std::min(end * region_.page_size, region_.size_bytes) - off;
+      EXPECT_TRUE(dev_.Read(0, off, std::span(shadow_.data() + off, len)).ok());
+      p = bm.NextSet(end);
+    }
+    return bm.Count();
+  }
+  // 4 KiB pages where the copy and `mem` differ; *first is the first of them.
+  uint64_t Differing(const std::byte* mem, uint64_t* first) const {
+    uint64_t bad = 0;
+    for (uint64_t p = 0; p < region_.size_bytes / 4096; ++p) {
+      if (std::memcmp(shadow_.data() + p * 4096, mem + p * 4096, 4096) != 0 && bad++ == 0) *first = p;
+    }
+    return bad;
+  }
+
+ private:
+  Device& dev_;
+  RegionInfo region_;
+  std::vector<std::byte> shadow_;
 };
 
 }  // namespace gpumigrate::testing

@@ -143,16 +143,6 @@ Result<std::unique_ptr<ProcDevice>> Connect(Hardware& hw, ProcTracking tracking 
                              &hw.kernel);
 }
 
-void CopyDirty(Device& dev, const DirtyBitmap& bm, std::vector<std::byte>& shadow) {
-  const RegionInfo& r = dev.Regions()[0];
-  for (uint64_t p = bm.NextSet(0); p < bm.pages();) {
-    uint64_t end = bm.NextClear(p);
-    uint64_t off = p * r.page_size, len = std::min(end * r.page_size, r.size_bytes) - off;
-    ASSERT_TRUE(dev.Read(0, off, std::span(shadow.data() + off, len)).ok());
-    p = bm.NextSet(end);
-  }
-}
-
 class ProcDmaTracking : public ::testing::TestWithParam<Kind> {};
 
 std::string KindName(const ::testing::TestParamInfo<Kind>& i) {
@@ -182,26 +172,18 @@ TEST_P(ProcDmaTracking, ACopyUpdatedFromTheHardwaresDirtyBitsEqualsMemory) {
   DirtyTracker* t = (*dev)->Tracker();
   const RegionInfo r = (*dev)->Regions()[0];
   ASSERT_TRUE(t->Start().ok());
-  std::vector<std::byte> shadow(r.size_bytes);
-  ASSERT_TRUE((*dev)->Read(0, 0, shadow).ok());
+  ShadowCopy copy(**dev);
   DmaWriter dma(w, hw);
   dma.Start();
   uint64_t reported = 0;
   for (int i = 0; i < 20; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    DirtyBitmap bm(r.pages());
-    ASSERT_TRUE(t->Sync(0, bm).ok());
-    reported += bm.Count();
-    CopyDirty(**dev, bm, shadow);
+    reported += copy.SyncAndCopy(*t);
   }
   dma.Stop();
-  DirtyBitmap last(r.pages());
-  ASSERT_TRUE(t->Sync(0, last).ok());
-  CopyDirty(**dev, last, shadow);
-  uint64_t bad = 0, first = 0;
-  for (uint64_t p = 0; p < r.pages(); ++p) {
-    if (std::memcmp(shadow.data() + p * 4096, w.mem() + p * 4096, 4096) != 0 && bad++ == 0) first = p;
-  }
+  copy.SyncAndCopy(*t);
+  uint64_t first = 0;
+  const uint64_t bad = copy.Differing(w.mem(), &first);
   EXPECT_EQ(bad, 0u) << bad << " pages written by DMA were never reported; first: page " << first;
   EXPECT_GT(dma.writes(), 1000u) << "the device hardly wrote: the check proves little";
   EXPECT_GT(reported, 0u);

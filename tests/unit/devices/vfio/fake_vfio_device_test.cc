@@ -300,3 +300,40 @@ TEST(FakeVfioDevice, ReadErrorMidStream) {
 
 }  // namespace
 }  // namespace gpumigrate::vfio::fake
+
+namespace gpumigrate::vfio::fake {
+namespace {
+
+// The P2P bus the multi-device tests rely on: it must see every arc, and flag
+// a device left able to initiate P2P DMA while a peer cannot answer it.
+TEST(FakeP2PBus, FlagsADeviceRunningBesideAStoppedPeerAndNotAQuiescedOne) {
+  FakeKernel k;
+  k.Add("/dev/iommu", [] { return std::make_shared<File>(); });
+  auto bus = std::make_shared<FakeP2PBus>();
+  int fds[2];
+  for (int i = 0; i < 2; ++i) {
+    FakeVfioConfig cfg;
+    cfg.memory_bytes = 64 << 10;
+    cfg.p2p_bus = bus;
+    auto dev = FakeVfioDevice::Create(cfg);
+    const std::string path = "/dev/vfio/devices/vfio" + std::to_string(i);
+    k.Add(path, [dev] { return dev->OpenFile(); });
+    fds[i] = k.Open(path.c_str(), O_RDWR);
+    ASSERT_GE(Bind(k, fds[i]), 0);
+  }
+  // Quiesced first, then stopped, then back through RUNNING_P2P: no violation.
+  for (int fd : fds) ASSERT_EQ(SetMig(k, fd, kStateRunningP2P), 0);
+  for (int fd : fds) ASSERT_EQ(SetMig(k, fd, kStateStop), 0);
+  for (int fd : fds) ASSERT_EQ(SetMig(k, fd, kStateRunningP2P), 0);
+  for (int fd : fds) ASSERT_EQ(SetMig(k, fd, kStateRunning), 0);
+  EXPECT_TRUE(bus->Violations().empty()) << bus->Violations().front();
+  // Device 0 stops alone while device 1 runs: device 1 is left initiating P2P
+  // towards a device that cannot answer.
+  ASSERT_EQ(SetMig(k, fds[0], kStateStop), 0);
+  auto v = bus->Violations();
+  ASSERT_FALSE(v.empty()) << "the bus saw no violation";
+  EXPECT_NE(v.front().find("device"), std::string::npos) << v.front();
+}
+
+}  // namespace
+}  // namespace gpumigrate::vfio::fake
