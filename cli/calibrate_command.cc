@@ -55,8 +55,9 @@ int RunCalibrate(const CalibrateFlags& f) {
         FormatRate(cal->inprocess_bytes_per_s), cal->path);
   Print("  per core: copy {}, page hash {}, AES-GCM {}, loopback TCP {}\n", FormatRate(r.copy), FormatRate(r.hash),
         FormatRate(r.aes_gcm), FormatRate(r.tcp));
-  Print("            zstd {} / {} (compress / decompress), shuffle+zstd {} / {}\n", FormatRate(r.zstd_compress),
-        FormatRate(r.zstd_decompress), FormatRate(r.shuffle_compress), FormatRate(r.shuffle_decompress));
+  Print("            zstd {} / {} (compress / decompress), shuffle+zstd {} / {}, bf16 {} / {}\n",
+        FormatRate(r.zstd_compress), FormatRate(r.zstd_decompress), FormatRate(r.shuffle_compress),
+        FormatRate(r.shuffle_decompress), FormatRate(r.bf16_compress), FormatRate(r.bf16_decompress));
   Print("  host profile: {}{}\n", DefaultHostProfilePath(),
         f.profile_out.empty() ? "" : fmt::format(", and {}", f.profile_out));
   return 0;

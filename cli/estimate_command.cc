@@ -74,8 +74,8 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
               "Source and destination share the target's cores (a migration over loopback, as the projection checks "
               "run)");
   c->add_option("--codec", f.codec,
-                "The codec the migration will use: none, zstd[:LEVEL], shuffle[:LEVEL] or auto; the sampled ratios of "
-                "both codecs are shown either way")
+                "The codec the migration will use: none, zstd[:LEVEL], shuffle[:LEVEL], bf16 or auto; the sampled "
+                "ratios of every codec are shown either way")
       ->capture_default_str();
   c->add_option("--warmup", f.warmup, "Let the workload run this long before observing")->capture_default_str();
   c->add_flag("--recalibrate", f.recalibrate, "Measure the fixed switchover cost and in-process bandwidth again");
@@ -253,12 +253,13 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
     Print(out, "  {:<12} {:>10} {:>8.0f}%   {}\n", rp.info.name, FormatBytes(static_cast<double>(rp.info.size_bytes)),
                rp.nonzero_fraction * 100, w);
   }
-  Print(out, "  compression (sampled, zstd / shuffle+zstd ratio at speed; what the model applies):\n");
+  Print(out, "  compression (sampled, zstd / shuffle+zstd / bf16 ratio at speed; what the model applies):\n");
   for (const auto& rp : r.modelled.regions) {
     if (rp.nonzero_fraction == 0) continue;
-    Print(out, "    {:<12} zstd {:.2f} at {}, shuffle {:.2f} at {}; model: {} x{:.2f}\n", rp.info.name,
-               rp.codecs.zstd_ratio, FormatRate(rp.codecs.zstd_bytes_per_s), rp.codecs.shuffle_ratio,
-               FormatRate(rp.codecs.shuffle_bytes_per_s), rp.codec, rp.compression_ratio);
+    Print(out, "    {:<12} zstd {:.2f} at {}, shuffle {:.2f} at {}, bf16 {:.2f} at {}; model: {} x{:.2f}\n",
+               rp.info.name, rp.codecs.zstd_ratio, FormatRate(rp.codecs.zstd_bytes_per_s), rp.codecs.shuffle_ratio,
+               FormatRate(rp.codecs.shuffle_bytes_per_s), rp.codecs.bf16_ratio, FormatRate(rp.codecs.bf16_bytes_per_s),
+               rp.codec, rp.compression_ratio);
   }
   Print(out, "  prediction: {} pre-copy rounds, then stop ({})\n", p.mid.rounds.size(),
              p.mid.beside_paused_first ? std::string_view("QEMU paused the guest") : StopReasonName(p.mid.stop_reason));

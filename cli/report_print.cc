@@ -38,7 +38,10 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     std::string line;
     for (const auto& c : r.codecs) {
       line += fmt::format("{}{} {}", line.empty() ? "" : ", ", c.region, c.codec);
-      if (c.sampled_zstd_ratio > 0) line += fmt::format(" (sampled zstd {:.2f}, shuffle {:.2f})", c.sampled_zstd_ratio, c.sampled_shuffle_ratio);
+      if (c.sampled_zstd_ratio > 0) {
+        line += fmt::format(" (sampled zstd {:.2f}, shuffle {:.2f}, bf16 {:.2f})", c.sampled_zstd_ratio,
+                            c.sampled_shuffle_ratio, c.sampled_bf16_ratio);
+      }
     }
     Print(out, "  codecs:     {}; overall ratio {:.3f}\n", line, r.compression_ratio);
   }

@@ -21,8 +21,9 @@ void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams) {
       ->capture_default_str();
   c->add_option("--bandwidth", f.bandwidth, "Cap the sending rate to emulate a slower link, e.g. 10Gbit or 500MB/s");
   c->add_option("--codec", f.codec,
-                "Payload codec: none, zstd[:LEVEL], shuffle[:LEVEL] (byte planes of 16-bit values, then zstd), or "
-                "auto (per region, only where it beats the --bandwidth cap; never when uncapped)")
+                "Payload codec: none, zstd[:LEVEL], shuffle[:LEVEL] (byte planes of 16-bit values, then zstd), bf16 "
+                "(bfloat16 exponents entropy-coded, mantissas raw: for model weights), or auto (per region, only "
+                "where it beats the --bandwidth cap; never when uncapped)")
       ->capture_default_str();
   c->add_option("--verify", f.verify,
                 "digest: the destination checks per-page digests of all it applied; full: also re-read the whole "

@@ -64,7 +64,8 @@ void CalibratedCodecs(const EstimateOptions& o, EstimateReport& r) {
 }
 
 double SampledRatio(const CodecSample& s, CodecKind k) {
-  return k == CodecKind::kZstd ? s.zstd_ratio : k == CodecKind::kShuffleZstd ? s.shuffle_ratio : 1.0;
+  const CodecInfo& c = CodecOf(k);
+  return c.compresses() ? s.*c.sampled_ratio : 1.0;
 }
 
 // Bandwidth and codecs from the target's pipeline: per-core stage rates times
@@ -273,6 +274,8 @@ std::string EstimateToJson(const EstimateReport& r) {
                        {"sampled_zstd_bytes_per_s", rp.codecs.zstd_bytes_per_s},
                        {"sampled_shuffle_ratio", rp.codecs.shuffle_ratio},
                        {"sampled_shuffle_bytes_per_s", rp.codecs.shuffle_bytes_per_s},
+                       {"sampled_bf16_ratio", rp.codecs.bf16_ratio},
+                       {"sampled_bf16_bytes_per_s", rp.codecs.bf16_bytes_per_s},
                        {"dirty_working_set", w}});
   }
   j["regions"] = regions;

@@ -164,6 +164,7 @@ Result<HostProfile> MeasureHostProfile(std::chrono::nanoseconds budget) {
   GM_ASSIGN_OR_RETURN(r.tcp, TcpRate(budget));
   MeasureCodec(budget, data, CodecKind::kZstd, &r.zstd_compress, &r.zstd_decompress);
   MeasureCodec(budget, data, CodecKind::kShuffleZstd, &r.shuffle_compress, &r.shuffle_decompress);
+  MeasureCodec(budget, data, CodecKind::kBf16, &r.bf16_compress, &r.bf16_decompress);
   p.method = fmt::format(
       "one core per stage, {:.1f} s each, 1 MiB blocks of bf16 weight-like data (the sim's content), codecs at "
       "level 1 through the engine's codec layer, AES-256-GCM through its frame protector (seal), page hash = zero "
@@ -188,7 +189,9 @@ std::string HostProfileToJson(const HostProfile& p) {
                              {"zstd_compress", r.zstd_compress},
                              {"zstd_decompress", r.zstd_decompress},
                              {"shuffle_compress", r.shuffle_compress},
-                             {"shuffle_decompress", r.shuffle_decompress}}},
+                             {"shuffle_decompress", r.shuffle_decompress},
+                             {"bf16_compress", r.bf16_compress},
+                             {"bf16_decompress", r.bf16_decompress}}},
                            {"method", p.method}};
   return j.dump(2);
 }
@@ -231,6 +234,13 @@ Result<HostProfile> LoadHostProfile(const std::string& path) {
         {"shuffle_compress", &s.shuffle_compress}, {"shuffle_decompress", &s.shuffle_decompress}};
     for (const auto& [k, v] : keys) {
       if (!r.contains(k)) return Corrupt(fmt::format("host profile {}: per_core_bytes_per_s.{} is missing", path, k));
+      *v = r.at(k).get<double>();
+      if (!(*v > 0)) return Corrupt(fmt::format("host profile {}: per_core_bytes_per_s.{} must be > 0", path, k));
+    }
+    // Optional: a profile written before the bf16 codec has none (0: a target
+    // pipeline that needs them says the stage has no measured rate).
+    for (const auto& [k, v] : {std::pair{"bf16_compress", &s.bf16_compress}, std::pair{"bf16_decompress", &s.bf16_decompress}}) {
+      if (!r.contains(k)) continue;
       *v = r.at(k).get<double>();
       if (!(*v > 0)) return Corrupt(fmt::format("host profile {}: per_core_bytes_per_s.{} must be > 0", path, k));
     }

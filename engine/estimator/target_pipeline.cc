@@ -43,9 +43,24 @@ Result<SideCost> Sum(const char* side, const std::vector<Stage>& stages) {
   return c;
 }
 
-const char* CompressName(CodecKind k) { return k == CodecKind::kZstd ? "zstd compress" : "shuffle+zstd compress"; }
-const char* DecompressName(CodecKind k) {
-  return k == CodecKind::kZstd ? "zstd decompress" : "shuffle+zstd decompress";
+// A codec's two stages: its name on each side and where its per-core rates sit.
+struct CodecStages {
+  const char* compress;
+  const char* decompress;
+  double StageRates::*compress_rate;
+  double StageRates::*decompress_rate;
+};
+
+CodecStages StagesOf(CodecKind k) {
+  switch (k) {
+    case CodecKind::kZstd:
+      return {"zstd compress", "zstd decompress", &StageRates::zstd_compress, &StageRates::zstd_decompress};
+    case CodecKind::kBf16:
+      return {"bf16 compress", "bf16 decompress", &StageRates::bf16_compress, &StageRates::bf16_decompress};
+    default:
+      return {"shuffle+zstd compress", "shuffle+zstd decompress", &StageRates::shuffle_compress,
+              &StageRates::shuffle_decompress};
+  }
 }
 
 }  // namespace
@@ -63,9 +78,9 @@ Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, doubl
   if (t.network) dst.push_back({"socket receive", r.tcp, wire});
   if (t.encrypted) dst.push_back({"AES-GCM open", r.aes_gcm, wire});
   if (codec != CodecKind::kNone) {
-    const bool z = codec == CodecKind::kZstd;
-    session.push_back({CompressName(codec), z ? r.zstd_compress : r.shuffle_compress});
-    dst.push_back({DecompressName(codec), z ? r.zstd_decompress : r.shuffle_decompress});
+    const CodecStages c = StagesOf(codec);
+    session.push_back({c.compress, r.*c.compress_rate});
+    dst.push_back({c.decompress, r.*c.decompress_rate});
   }
   if (t.encrypted) session.push_back({"AES-GCM seal", r.aes_gcm, wire});
   if (t.network) send.push_back({"socket send", r.tcp, wire});

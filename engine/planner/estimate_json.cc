@@ -27,7 +27,7 @@ Result<RegionProfile> ParseRegion(const Json& r, const std::string& path) {
   GM_ASSIGN_OR_RETURN(auto codec, ReadString(r, "codec", path));
   rp.codec = codec.value_or("none");
   if (!FindCodecByName(rp.codec)) {
-    return KeyError(Child(path, "codec"), fmt::format("unknown codec '{}' (none, zstd, shuffle-zstd)", rp.codec));
+    return KeyError(Child(path, "codec"), fmt::format("unknown codec '{}' (none, zstd, shuffle-zstd, bf16)", rp.codec));
   }
   struct Field {
     const char* key;
@@ -37,7 +37,10 @@ Result<RegionProfile> ParseRegion(const Json& r, const std::string& path) {
   for (Field f : {Field{"sampled_zstd_ratio", &CodecSample::zstd_ratio, 0},
                   Field{"sampled_zstd_bytes_per_s", &CodecSample::zstd_bytes_per_s, 0},
                   Field{"sampled_shuffle_ratio", &CodecSample::shuffle_ratio, 0},
-                  Field{"sampled_shuffle_bytes_per_s", &CodecSample::shuffle_bytes_per_s, 0}}) {
+                  Field{"sampled_shuffle_bytes_per_s", &CodecSample::shuffle_bytes_per_s, 0},
+                  // Absent from estimates made before the bf16 codec: not sampled, never chosen.
+                  Field{"sampled_bf16_ratio", &CodecSample::bf16_ratio, 0},
+                  Field{"sampled_bf16_bytes_per_s", &CodecSample::bf16_bytes_per_s, 0}}) {
     GM_ASSIGN_OR_RETURN(auto v, ReadNumber(r, f.key, path, f.min));
     if (v) rp.codecs.*f.member = *v;
   }

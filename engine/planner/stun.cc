@@ -20,7 +20,8 @@ StunAt PredictStunAt(const Vm& vm, double bw, std::chrono::nanoseconds max_stun)
     DeviceProfile p = *e.profile;
     for (RegionProfile& r : p.regions) {
       const CodecInfo* c = FindCodecByName(r.codec);
-      bool measured = r.codecs.zstd_bytes_per_s > 0 || r.codecs.shuffle_bytes_per_s > 0;
+      bool measured = false;  // any codec's speed: estimates made with --codec none sample none
+      for (const CodecInfo& k : Codecs()) measured |= k.compresses() && r.codecs.*k.sampled_bytes_per_s > 0;
       if (c && c->compresses() && measured) r.compression_ratio = std::max(1.0, EffectiveRatio(r.codecs, c->kind, rate));
     }
     ModelParams params = e.params;

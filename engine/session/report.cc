@@ -100,6 +100,7 @@ std::string ReportToJson(const MigrationReport& r) {
     if (c.sampled_zstd_ratio > 0) {
       x["sampled_zstd_ratio"] = Round3(c.sampled_zstd_ratio);
       x["sampled_shuffle_ratio"] = Round3(c.sampled_shuffle_ratio);
+      x["sampled_bf16_ratio"] = Round3(c.sampled_bf16_ratio);
     }
     codecs.push_back(x);
   }

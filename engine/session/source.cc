@@ -177,6 +177,7 @@ Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
     if (chosen->sample) {
       rc.sampled_zstd_ratio = chosen->sample->codecs.zstd_ratio;
       rc.sampled_shuffle_ratio = chosen->sample->codecs.shuffle_ratio;
+      rc.sampled_bf16_ratio = chosen->sample->codecs.bf16_ratio;
     }
     rc.codec = std::string(CodecKindName(codec_[i]));
     report_.codecs.push_back(rc);

@@ -5,6 +5,10 @@
 //   shuffle[:L]   byte-plane shuffle for 16-bit values (bf16/fp16: all low bytes,
 //                 then all high bytes), then zstd: the exponent bytes of model
 //                 weights compress far better on their own
+//   bf16          bfloat16 planes: the exponent byte of each value entropy-coded
+//                 (zstd's Huffman literal coder, no match search), sign and
+//                 mantissa raw: a better ratio than shuffle at several times its speed
+//                 (transport/codec/bf16_codec.h)
 //   auto          per region, from a sample of its pages: the codec that moves a
 //                 raw byte fastest given the compressor's measured speed and the
 //                 link's rate; none when the link is not known to be slower than
@@ -36,12 +40,12 @@
 namespace gpumigrate {
 
 // Values are the frame header's codec_flags.
-enum class CodecKind : uint8_t { kNone = 0, kZstd = 1, kShuffleZstd = 2 };
-std::string_view CodecKindName(CodecKind k);  // "none", "zstd", "shuffle-zstd"
+enum class CodecKind : uint8_t { kNone = 0, kZstd = 1, kShuffleZstd = 2, kBf16 = 3 };
+std::string_view CodecKindName(CodecKind k);  // "none", "zstd", "shuffle-zstd", "bf16"
 
 struct CodecChoice {
-  enum class Mode { kNone, kZstd, kShuffleZstd, kAuto } mode = Mode::kNone;
-  int level = 1;
+  enum class Mode { kNone, kZstd, kShuffleZstd, kBf16, kAuto } mode = Mode::kNone;
+  int level = 1;  // for the codecs that take one (zstd, shuffle), and those auto may pick
   std::string ToString() const;
 };
 Result<CodecChoice> ParseCodecChoice(std::string_view text);
@@ -50,6 +54,7 @@ Result<CodecChoice> ParseCodecChoice(std::string_view text);
 struct CodecSample {
   double zstd_ratio = 1, zstd_bytes_per_s = 0;        // raw bytes per second compressed
   double shuffle_ratio = 1, shuffle_bytes_per_s = 0;
+  double bf16_ratio = 1, bf16_bytes_per_s = 0;
 };
 
 // A codec's per-thread working state (zstd contexts, a byte-plane buffer); each
@@ -59,8 +64,8 @@ struct CodecContext;
 // One registry entry.
 struct CodecInfo {
   CodecKind kind;                // the frame header's codec_flags value
-  std::string_view name;         // in reports and JSON: "none", "zstd", "shuffle-zstd"
-  std::string_view flag_name;    // in --codec: "none", "zstd", "shuffle"
+  std::string_view name;         // in reports and JSON: "none", "zstd", "shuffle-zstd", "bf16"
+  std::string_view flag_name;    // in --codec: "none", "zstd", "shuffle", "bf16"
   CodecChoice::Mode mode;        // the --codec mode that fixes this codec
   std::string_view capability;   // in Hello; empty for none (every peer reads raw bytes)
   // Where this codec's figures sit in a CodecSample; null for none.
@@ -70,6 +75,8 @@ struct CodecInfo {
   bool (*encode)(CodecContext& ctx, int level, std::span<const std::byte> raw, std::vector<std::byte>& out);
   // Decodes `payload` into exactly `raw.size()` bytes; anything else is kCorrupt.
   Status (*decode)(CodecContext& ctx, std::span<const std::byte> payload, std::span<std::byte> raw);
+  // Whether --codec NAME:LEVEL means something (zstd levels); bf16 has one setting.
+  bool takes_level;
 
   bool compresses() const { return encode != nullptr; }
 };
@@ -127,6 +134,8 @@ CodecSample SampleCodecs(std::span<const std::byte> pages, int level);
 
 // The codec that moves a raw byte fastest: each candidate takes
 // max(1 / compress_speed, 1 / (ratio * link)) per raw byte, raw takes 1 / link.
+// A codec must beat raw by 5% (the noise of a speed sample); among those within
+// 5% of the fastest, the one that compresses fastest (the least CPU) wins.
 // link_bytes_per_s <= 0 means unknown or unlimited: no compression.
 CodecKind ChooseCodec(const CodecSample& s, double link_bytes_per_s);
 // The ratio that codec effectively achieves on that link: min(ratio, speed / link).

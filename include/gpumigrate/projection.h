@@ -40,6 +40,7 @@ struct StageRates {
   double tcp = 0;                 // one side's cost of a loopback TCP stream (send or receive)
   double zstd_compress = 0, zstd_decompress = 0;
   double shuffle_compress = 0, shuffle_decompress = 0;
+  double bf16_compress = 0, bf16_decompress = 0;  // 0 in a profile from before the bf16 codec
 };
 
 struct HostProfile {

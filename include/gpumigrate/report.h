@@ -80,7 +80,7 @@ struct MigrationReport {
   struct RegionCodec {
     std::string region;
     std::string codec;  // what this region's frames were encoded with
-    double sampled_zstd_ratio = 0, sampled_shuffle_ratio = 0;  // auto only
+    double sampled_zstd_ratio = 0, sampled_shuffle_ratio = 0, sampled_bf16_ratio = 0;  // auto only
   };
   std::vector<RegionCodec> codecs;
   double compression_ratio = 1;      // raw page bytes / their payload bytes, whole migration

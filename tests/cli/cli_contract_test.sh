@@ -62,7 +62,8 @@ assert r["destination"]["kernels_run_after_resume"] > 0
 print("ok: demo JSON follows the contract")
 PY
 
-# Compression where it pays: auto picks zstd or shuffle for the bf16 regions on a slow link.
+# Compression where it pays: auto picks bf16 for the bf16 weights on a slow link (the best
+# ratio and the least CPU: ChooseCodec), and says what it sampled.
 "$bin" demo --json --device "$small" --warmup 10ms --run-after 10ms --bandwidth 100MB/s --codec auto \
   --downtime-target 50ms >"$tmp/codec.json" 2>/dev/null
 check "demo --codec auto" 0 $?
@@ -71,11 +72,15 @@ import json, sys
 r = json.loads(open(sys.argv[1]).read())
 assert r["outcome"] == "completed" and r["verified"], r
 codecs = {c["region"]: c["codec"] for c in r["codecs"]}
-assert codecs["weights"] in ("zstd", "shuffle-zstd"), codecs
+assert codecs["weights"] == "bf16", codecs
+w = [c for c in r["codecs"] if c["region"] == "weights"][0]
+assert w["sampled_bf16_ratio"] > w["sampled_shuffle_ratio"] > w["sampled_zstd_ratio"], w
 assert codecs["free_pool"] == "none", codecs
 assert r["compression_ratio"] > 1.2, r["compression_ratio"]
 print("ok: auto codec compresses on a slow link")
 PY
+"$bin" demo --codec bf16:3 >"$tmp/e8b" 2>&1; check "bf16 with a level" 2 $?
+contains "bf16 takes no level" "$tmp/e8b" "codec: bf16 takes no level"
 
 # Dirty rate far above the capped link: aborted, drain-and-replace, exit 1.
 "$bin" demo --json --device "sim:size=32MiB,hot=8MiB,kv_rate=0,page=16KiB,step=1ms" --warmup 10ms \
@@ -136,7 +141,8 @@ python3 - "$tmp/cal.json" "$tmp/target.json" <<'PY' || fail=1
 import json, sys
 c = json.load(open(sys.argv[1])); t = json.load(open(sys.argv[2]))
 assert c["fixed_cost_ms"] >= 0 and c["host_profile"]["cores"] >= 1, c
-for k in ("copy", "hash", "aes_gcm", "tcp", "zstd_compress", "zstd_decompress", "shuffle_compress", "shuffle_decompress"):
+for k in ("copy", "hash", "aes_gcm", "tcp", "zstd_compress", "zstd_decompress", "shuffle_compress", "shuffle_decompress",
+          "bf16_compress", "bf16_decompress"):
     assert t["per_core_bytes_per_s"][k] > 0, k
 print("ok: the host profile holds every stage's rate")
 PY

@@ -1,6 +1,8 @@
 // libFuzzer target for everything that decodes bytes from a peer:
 //   mode 0: a control message (length prefix + protobuf Envelope)
-//   mode 1: a frame header, then the payload through the codec decoder
+//   mode 1: a frame header, then the payload through the codec decoder (the
+//           header's payload_length bytes, so a golden frame file, tag and all,
+//           seeds a payload that decodes; every codec_flags value the registry has)
 //   mode 2: a whole destination session: a valid handshake, then the input as
 //           the bytes of a data stream (frames of any shape)
 //   mode 4: a checkpoint file (engine/checkpoint/FORMAT.md): the input is the
@@ -8,10 +10,13 @@
 //   mode 3: the same as 2, but the harness cuts the input into frames (header as
 //           given, then payload_length bytes) and seals each with the session's
 //           key, so frames with valid tags reach the bounds checks and the writes
+//   mode 5: the input as raw bytes through every codec's encoder and back: the
+//           decoder must return exactly the input (aborts otherwise)
 // The first input byte picks the mode. Nothing may crash, hang or write outside
 // a region; every input must end in a clean error or a clean stop.
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -46,9 +51,22 @@ void FuzzFrame(const std::byte* data, size_t size) {
   auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(data, wire::kFrameHeaderBytes));
   if (!h.ok() || h->raw_length > (1u << 20)) return;
   std::vector<std::byte> raw(h->raw_length);
+  const size_t rest = size - wire::kFrameHeaderBytes;
   FrameDecoder dec;
   (void)dec.Decode(static_cast<CodecKind>(h->codec_flags),
-                   std::span(data + wire::kFrameHeaderBytes, size - wire::kFrameHeaderBytes), raw);
+                   std::span(data + wire::kFrameHeaderBytes, std::min<size_t>(h->payload_length, rest)), raw);
+}
+
+void FuzzRoundTrip(const std::byte* data, size_t size) {
+  const std::span<const std::byte> raw(data, std::min<size_t>(size, 1 << 20));
+  FrameEncoder enc;
+  FrameDecoder dec;
+  std::vector<std::byte> out, back(raw.size());
+  for (const CodecInfo& c : Codecs()) {
+    const CodecKind used = enc.Encode(c.kind, 1, raw, out);
+    if (used == CodecKind::kNone) continue;
+    if (!dec.Decode(used, out, back).ok() || !std::equal(back.begin(), back.end(), raw.begin())) std::abort();
+  }
 }
 
 // Re-tags each frame of the input with the session key (1).
@@ -126,11 +144,12 @@ void FuzzCheckpoint(const std::byte* data, size_t size) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const auto* bytes = reinterpret_cast<const std::byte*>(data + 1);
-  switch (data[0] % 5) {
+  switch (data[0] % 6) {
     case 0: FuzzControl(bytes, size - 1); break;
     case 1: FuzzFrame(bytes, size - 1); break;
     case 2: FuzzSession(bytes, size - 1); break;
     case 4: FuzzCheckpoint(bytes, size - 1); break;
+    case 5: FuzzRoundTrip(bytes, size - 1); break;
     default: {
       auto sealed = Seal(bytes, size - 1);
       FuzzSession(sealed.data(), sealed.size());

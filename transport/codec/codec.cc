@@ -12,6 +12,8 @@
 #include <fmt/format.h>
 
 #include "gpumigrate/units.h"
+#include "transport/codec/bf16_codec.h"
+#include "transport/codec/codec_context.h"
 
 namespace gpumigrate {
 
@@ -39,30 +41,7 @@ void Unshuffle16(std::span<const std::byte> in, std::byte* out) {
 
 }  // namespace
 
-struct CodecContext {
-  ZSTD_CCtx* cctx = nullptr;  // created on first use: an encoder never decodes and the reverse
-  ZSTD_DCtx* dctx = nullptr;
-  std::vector<std::byte> planes;
-  ~CodecContext() {
-    ZSTD_freeCCtx(cctx);
-    ZSTD_freeDCtx(dctx);
-  }
-};
-
-namespace {
-
-bool ZstdCompress(CodecContext& ctx, int level, std::span<const std::byte> src, std::vector<std::byte>& out) {
-  if (ctx.cctx == nullptr) ctx.cctx = ZSTD_createCCtx();
-  out.resize(ZSTD_compressBound(src.size()));
-  // Content checksum on: a damaged payload fails to decode instead of decoding
-  // to other bytes (the frame tag catches wire damage; this catches the rest).
-  ZSTD_CCtx_setParameter(ctx.cctx, ZSTD_c_compressionLevel, level);
-  ZSTD_CCtx_setParameter(ctx.cctx, ZSTD_c_checksumFlag, 1);
-  size_t n = ZSTD_compress2(ctx.cctx, out.data(), out.size(), src.data(), src.size());
-  if (ZSTD_isError(n)) return false;
-  out.resize(n);
-  return true;
-}
+namespace codec_internal {
 
 // Decodes a zstd frame into exactly dst.size() bytes; `name` is the codec's, for messages.
 Status ZstdDecompress(CodecContext& ctx, std::string_view name, std::span<const std::byte> payload,
@@ -77,11 +56,34 @@ Status ZstdDecompress(CodecContext& ctx, std::string_view name, std::span<const 
   }
   if (ctx.dctx == nullptr) ctx.dctx = ZSTD_createDCtx();
   size_t n = ZSTD_decompressDCtx(ctx.dctx, dst.data(), dst.size(), payload.data(), payload.size());
-  if (ZSTD_isError(n)) return Corrupt(fmt::format("zstd: {}", ZSTD_getErrorName(n)));
+  if (ZSTD_isError(n)) {
+    // "zstd: Corrupted block detected", "bf16 exponent plane: zstd: ..."
+    return Corrupt(name == "zstd" ? fmt::format("zstd: {}", ZSTD_getErrorName(n))
+                                  : fmt::format("{}: zstd: {}", name, ZSTD_getErrorName(n)));
+  }
   if (n != dst.size()) {
     return Corrupt(fmt::format("{} payload decoded to {} bytes, the header says {}", name, n, dst.size()));
   }
   return Status::Ok();
+}
+
+}  // namespace codec_internal
+
+namespace {
+
+using codec_internal::ZstdDecompress;
+
+bool ZstdCompress(CodecContext& ctx, int level, std::span<const std::byte> src, std::vector<std::byte>& out) {
+  if (ctx.cctx == nullptr) ctx.cctx = ZSTD_createCCtx();
+  out.resize(ZSTD_compressBound(src.size()));
+  // Content checksum on: a damaged payload fails to decode instead of decoding
+  // to other bytes (the frame tag catches wire damage; this catches the rest).
+  ZSTD_CCtx_setParameter(ctx.cctx, ZSTD_c_compressionLevel, level);
+  ZSTD_CCtx_setParameter(ctx.cctx, ZSTD_c_checksumFlag, 1);
+  size_t n = ZSTD_compress2(ctx.cctx, out.data(), out.size(), src.data(), src.size());
+  if (ZSTD_isError(n)) return false;
+  out.resize(n);
+  return true;
 }
 
 Status DecodeNone(CodecContext&, std::span<const std::byte> payload, std::span<std::byte> raw) {
@@ -116,11 +118,13 @@ Status DecodeShuffleZstd(CodecContext& ctx, std::span<const std::byte> payload, 
 // The registry. Index == codec_flags; names, capabilities and values are wire
 // and report bytes (transport/wire/FORMAT.md, the golden files): never change one.
 constexpr CodecInfo kCodecs[] = {
-    {CodecKind::kNone, "none", "none", CodecChoice::Mode::kNone, "", nullptr, nullptr, nullptr, DecodeNone},
+    {CodecKind::kNone, "none", "none", CodecChoice::Mode::kNone, "", nullptr, nullptr, nullptr, DecodeNone, false},
     {CodecKind::kZstd, "zstd", "zstd", CodecChoice::Mode::kZstd, "codec:zstd", &CodecSample::zstd_ratio,
-     &CodecSample::zstd_bytes_per_s, EncodeZstd, DecodeZstd},
+     &CodecSample::zstd_bytes_per_s, EncodeZstd, DecodeZstd, true},
     {CodecKind::kShuffleZstd, "shuffle-zstd", "shuffle", CodecChoice::Mode::kShuffleZstd, "codec:shuffle16-zstd",
-     &CodecSample::shuffle_ratio, &CodecSample::shuffle_bytes_per_s, EncodeShuffleZstd, DecodeShuffleZstd},
+     &CodecSample::shuffle_ratio, &CodecSample::shuffle_bytes_per_s, EncodeShuffleZstd, DecodeShuffleZstd, true},
+    {CodecKind::kBf16, "bf16", "bf16", CodecChoice::Mode::kBf16, "codec:bf16-exp-zstd", &CodecSample::bf16_ratio,
+     &CodecSample::bf16_bytes_per_s, codec_internal::EncodeBf16, codec_internal::DecodeBf16, /*takes_level=*/false},
 };
 
 constexpr bool FlagsAreIndices() {
@@ -209,8 +213,8 @@ std::string_view CodecKindName(CodecKind k) {
 std::string CodecChoice::ToString() const {
   if (mode == Mode::kAuto) return fmt::format("auto:{}", level);
   const CodecInfo& c = CodecOf(FixedCodec(*this).value_or(CodecKind::kNone));
-  // A codec that compresses carries its level; none has none.
-  return c.compresses() ? fmt::format("{}:{}", c.flag_name, level) : std::string(c.flag_name);
+  // A codec with a level carries it; none and bf16 have none.
+  return c.takes_level ? fmt::format("{}:{}", c.flag_name, level) : std::string(c.flag_name);
 }
 
 Result<CodecChoice> ParseCodecChoice(std::string_view text) {
@@ -223,12 +227,15 @@ Result<CodecChoice> ParseCodecChoice(std::string_view text) {
   } else {
     std::string names;
     for (const CodecInfo& k : kCodecs) {
-      names += fmt::format("{}{}, ", k.flag_name, k.compresses() ? "[:LEVEL]" : "");
+      names += fmt::format("{}{}, ", k.flag_name, k.takes_level ? "[:LEVEL]" : "");
     }
     return InvalidArgument(fmt::format("codec: '{}' is not one of {}auto", text, names));
   }
   if (size_t colon = text.find(':'); colon != std::string_view::npos) {
     std::string_view level = text.substr(colon + 1);
+    if (const CodecInfo* info = FindCodecByName(name); info != nullptr && !info->takes_level) {
+      return InvalidArgument(fmt::format("codec: {} takes no level ('{}')", info->flag_name, text));
+    }
     auto parsed = ParseInt(level, INT_MIN, INT_MAX);
     if (!parsed.ok()) return InvalidArgument(fmt::format("codec: level '{}' in '{}' is not a number", level, text));
     c.level = static_cast<int>(*parsed);
@@ -301,15 +308,25 @@ double EffectiveRatio(const CodecSample& s, CodecKind k, double link) {
 
 CodecKind ChooseCodec(const CodecSample& s, double link) {
   if (link <= 0) return CodecKind::kNone;
+  // Demand a clear gain: a few percent is within the noise of the speed sample.
+  constexpr double kClearGain = 1.05;
+  double best_ratio = 0;
+  for (const CodecInfo& c : Codecs()) {
+    if (c.compresses()) best_ratio = std::max(best_ratio, EffectiveRatio(s, c.kind, link));
+  }
+  if (best_ratio <= kClearGain) return CodecKind::kNone;
+  // Among the codecs that move a byte as fast as the sample can tell apart, the
+  // one that costs the least CPU (on a slow link zstd, shuffle and bf16 are all
+  // ratio-bound: bf16's slightly better ratio comes at a fraction of shuffle's CPU).
   CodecKind best = CodecKind::kNone;
-  double best_ratio = 1.0;
+  double best_speed = -1;
   for (const CodecInfo& c : Codecs()) {
     if (!c.compresses()) continue;
-    double r = EffectiveRatio(s, c.kind, link);
-    // Demand a clear gain: a few percent is within the noise of the speed sample.
-    if (r > best_ratio * 1.05) {
+    const double r = EffectiveRatio(s, c.kind, link);
+    if (r <= kClearGain || r * kClearGain < best_ratio) continue;
+    if (s.*c.sampled_bytes_per_s > best_speed) {
       best = c.kind;
-      best_ratio = r;
+      best_speed = s.*c.sampled_bytes_per_s;
     }
   }
   return best;

@@ -28,6 +28,7 @@ constexpr uint32_t kMaxControlMessageBytes = 16 << 20;
 // two equal.
 constexpr const char* kCapZstd = "codec:zstd";
 constexpr const char* kCapShuffleZstd = "codec:shuffle16-zstd";
+constexpr const char* kCapBf16 = "codec:bf16-exp-zstd";
 
 Status SendEnvelope(Stream& stream, const v1::Envelope& env);
 Result<v1::Envelope> RecvEnvelope(Stream& stream);

@@ -124,6 +124,7 @@ INSTANTIATE_TEST_SUITE_P(
                                       "none"),
                       std::make_tuple(1u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=16KiB,step=2ms", "zstd"),
                       std::make_tuple(3u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms", "shuffle"),
+                      std::make_tuple(3u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms", "bf16"),
                       std::make_tuple(2u, "sim:size=32MiB,hot=2MiB,kv_rate=64MiB/s,page=64KiB,step=1ms", "zstd:3")));
 
 TEST(SimMigration, NonConvergingMigrationAbortsWithDrainAndReplace) {

@@ -20,7 +20,7 @@ std::vector<std::byte> Weights(size_t bytes) {
 
 TEST(CodecRegistry, EntriesAreKeyedByTheirWireFlag) {
   auto codecs = Codecs();
-  ASSERT_EQ(codecs.size(), 3u);
+  ASSERT_EQ(codecs.size(), 4u);
   for (size_t i = 0; i < codecs.size(); ++i) {
     const CodecInfo& c = codecs[i];
     EXPECT_EQ(static_cast<size_t>(c.kind), i) << c.name;
@@ -34,9 +34,11 @@ TEST(CodecRegistry, EntriesAreKeyedByTheirWireFlag) {
   EXPECT_EQ(static_cast<int>(CodecKind::kNone), 0);
   EXPECT_EQ(static_cast<int>(CodecKind::kZstd), 1);
   EXPECT_EQ(static_cast<int>(CodecKind::kShuffleZstd), 2);
+  EXPECT_EQ(static_cast<int>(CodecKind::kBf16), 3);
   EXPECT_EQ(CodecKindName(CodecKind::kNone), "none");
   EXPECT_EQ(CodecKindName(CodecKind::kZstd), "zstd");
   EXPECT_EQ(CodecKindName(CodecKind::kShuffleZstd), "shuffle-zstd");
+  EXPECT_EQ(CodecKindName(CodecKind::kBf16), "bf16");
   EXPECT_EQ(CodecKindName(static_cast<CodecKind>(9)), "unknown");
 }
 
@@ -58,7 +60,7 @@ TEST(CodecRegistry, EveryFlagRoundTrips) {
 }
 
 TEST(CodecRegistry, UnknownFlagsAreRejectedClearly) {
-  for (int f = 3; f < 256; ++f) EXPECT_EQ(FindCodec(static_cast<uint8_t>(f)), nullptr) << f;
+  for (int f = 4; f < 256; ++f) EXPECT_EQ(FindCodec(static_cast<uint8_t>(f)), nullptr) << f;
   auto bad = CodecFromFlags(9);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kCorrupt);
@@ -84,6 +86,7 @@ TEST(CodecRegistry, NamesMapToChoicesAndBack) {
   EXPECT_EQ(FindCodecByName("zstd")->kind, CodecKind::kZstd);
   EXPECT_EQ(FindCodecByName("shuffle")->kind, CodecKind::kShuffleZstd);
   EXPECT_EQ(FindCodecByName("shuffle-zstd")->kind, CodecKind::kShuffleZstd);
+  EXPECT_EQ(FindCodecByName("bf16")->kind, CodecKind::kBf16);
   EXPECT_EQ(FindCodecByName("none")->kind, CodecKind::kNone);
   EXPECT_EQ(FindCodecByName("auto"), nullptr) << "auto is a choice, not a codec";
   EXPECT_EQ(FindCodecByName("lz4"), nullptr);
@@ -97,13 +100,18 @@ TEST(CodecRegistry, NamesMapToChoicesAndBack) {
   EXPECT_EQ(ParseCodecChoice("zstd:3")->ToString(), "zstd:3");
   EXPECT_EQ(ParseCodecChoice("shuffle-zstd:2")->ToString(), "shuffle:2");
   EXPECT_EQ(ParseCodecChoice("auto")->ToString(), "auto:1");
+  EXPECT_EQ(ParseCodecChoice("bf16")->ToString(), "bf16") << "one setting: no level";
+  EXPECT_EQ(ParseCodecChoice("bf16")->mode, CodecChoice::Mode::kBf16);
+  EXPECT_EQ(ParseCodecChoice("bf16:3").status().message(), "codec: bf16 takes no level ('bf16:3')");
+  EXPECT_EQ(ParseCodecChoice("none:1").status().message(), "codec: none takes no level ('none:1')");
+  EXPECT_EQ(ParseCodecChoice("auto:3")->ToString(), "auto:3") << "auto's level is for the codecs that take one";
   EXPECT_EQ(FixedCodec(*ParseCodecChoice("auto")), std::nullopt);
   EXPECT_EQ(ParseCodecChoice("lz4").status().message(),
-            "codec: 'lz4' is not one of none, zstd[:LEVEL], shuffle[:LEVEL], auto");
+            "codec: 'lz4' is not one of none, zstd[:LEVEL], shuffle[:LEVEL], bf16, auto");
 }
 
 TEST(CodecRegistry, CapabilitiesAreTheWireSpellings) {
-  EXPECT_EQ(DecodeCapabilities(), (std::vector<std::string>{wire::kCapZstd, wire::kCapShuffleZstd}));
+  EXPECT_EQ(DecodeCapabilities(), (std::vector<std::string>{wire::kCapZstd, wire::kCapShuffleZstd, wire::kCapBf16}));
   EXPECT_TRUE(CodecOf(CodecKind::kNone).capability.empty()) << "every peer reads raw bytes";
 
   const std::vector<std::string> none, zstd_only{wire::kCapZstd}, all = DecodeCapabilities();
@@ -112,6 +120,13 @@ TEST(CodecRegistry, CapabilitiesAreTheWireSpellings) {
   EXPECT_TRUE(PeerDecodes(zstd_only, CodecKind::kZstd));
   EXPECT_FALSE(PeerDecodes(zstd_only, CodecKind::kShuffleZstd));
   EXPECT_FALSE(PeerDecodes(all, static_cast<CodecKind>(9)));
+  // A peer from before the bf16 codec: a source never sends it bf16, and auto needs it.
+  const std::vector<std::string> before_bf16{wire::kCapZstd, wire::kCapShuffleZstd};
+  EXPECT_FALSE(PeerDecodes(before_bf16, CodecKind::kBf16));
+  EXPECT_FALSE(PeerDecodes(before_bf16, *ParseCodecChoice("bf16")));
+  EXPECT_FALSE(PeerDecodes(before_bf16, *ParseCodecChoice("auto")));
+  EXPECT_TRUE(PeerDecodes(before_bf16, *ParseCodecChoice("shuffle")));
+  EXPECT_TRUE(PeerDecodes(all, *ParseCodecChoice("bf16")));
 
   EXPECT_TRUE(PeerDecodes(none, *ParseCodecChoice("none")));
   EXPECT_FALSE(PeerDecodes(none, *ParseCodecChoice("zstd")));

@@ -46,6 +46,7 @@ TEST(CodecChoice, ACompressibleRegionOnACappedLinkGetsACodec) {
   ASSERT_TRUE(capped->sample.has_value());
   EXPECT_GT(capped->sample->codecs.zstd_ratio, 10);
   EXPECT_GT(capped->sample->codecs.shuffle_ratio, 10);
+  EXPECT_GT(capped->sample->codecs.bf16_ratio, 1.5) << "each value's exponent byte of 0x5a5a codes to almost nothing";
   EXPECT_EQ(capped->sample->sampled_bytes, 32u * kPage) << "only the non-zero pages are measured";
   EXPECT_DOUBLE_EQ(capped->sample->nonzero_fraction(), 0.5);
 
@@ -58,7 +59,7 @@ TEST(CodecChoice, ACompressibleRegionOnACappedLinkGetsACodec) {
 TEST(CodecChoice, AFixedChoiceTakesNoSample) {
   FakeDevice dev({RegionInfo{0, "w", 8 * kPage, kPage, RegionHint::kStatic}}, DeviceState::kRunning);
   const RegionInfo& r = dev.Regions()[0];
-  for (const char* name : {"none", "zstd", "shuffle"}) {
+  for (const char* name : {"none", "zstd", "shuffle", "bf16"}) {
     CodecChoice c = *ParseCodecChoice(name);
     auto chosen = SampleAndChooseCodec(dev, r, c, kSlowLink, SessionSampleOptions(r, 1));
     ASSERT_TRUE(chosen.ok());

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 #include "gpumigrate/estimator.h"
 #include "gpumigrate/projection.h"
 
@@ -19,6 +21,7 @@ StageRates Uniform(double r) {
   StageRates s;
   s.copy = s.hash = s.aes_gcm = s.tcp = r;
   s.zstd_compress = s.zstd_decompress = s.shuffle_compress = s.shuffle_decompress = r;
+  s.bf16_compress = s.bf16_decompress = r;
   return s;
 }
 
@@ -246,6 +249,7 @@ TEST(HostProfile, SavesLoadsAndNamesWhatIsWrong) {
   EXPECT_EQ(back->cores, 96u);
   EXPECT_DOUBLE_EQ(back->per_core.tcp, 1.5 * kG);
   EXPECT_DOUBLE_EQ(back->per_core.shuffle_decompress, 3 * kG);
+  EXPECT_DOUBLE_EQ(back->per_core.bf16_compress, 3 * kG);
   auto expect_bad = [&](const std::string& text, const std::string& names) {
     std::ofstream(path) << text;
     auto r = LoadHostProfile(path);
@@ -258,7 +262,36 @@ TEST(HostProfile, SavesLoadsAndNamesWhatIsWrong) {
   expect_bad(j.replace(j.find("\"aes_gcm\""), 9, "\"aes_gXm\""), "aes_gcm is missing");
   expect_bad(R"({"version": 1, "cores": 4, "per_core_bytes_per_s": {"copy": -1}})", "copy must be > 0");
   EXPECT_FALSE(LoadHostProfile((dir / "absent.json").string()).ok());
+
+  // A profile from before the bf16 codec loads; a pipeline that needs bf16 then names the stage.
+  std::string old = HostProfileToJson(p);
+  for (const char* k : {"bf16_compress", "bf16_decompress"}) {
+    const size_t at = old.find(fmt::format("\"{}\"", k));
+    ASSERT_NE(at, std::string::npos) << k;
+    old.replace(at + 1, 4, "gone");
+  }
+  std::ofstream(path) << old;
+  auto before = LoadHostProfile(path);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->per_core.bf16_compress, 0);
+  EXPECT_DOUBLE_EQ(before->per_core.shuffle_compress, 3 * kG);
+  TargetSpec t = Target(8, 2, before->per_core);
+  EXPECT_TRUE(TargetPipeline(t, CodecKind::kShuffleZstd, 1.4).ok());
+  auto needs_bf16 = TargetPipeline(t, CodecKind::kBf16, 1.5);
+  ASSERT_FALSE(needs_bf16.ok());
+  EXPECT_NE(needs_bf16.status().message().find("'bf16 compress' has no measured per-core rate"), std::string::npos)
+      << needs_bf16.status().message();
   std::filesystem::remove_all(dir);
+}
+
+TEST(TargetPipeline, Bf16UsesItsOwnStageRates) {
+  StageRates r = Uniform(kG);
+  r.bf16_compress = 0.5 * kG;  // the only slow stage: it binds the session thread
+  auto b = TargetPipeline(Target(64, 8, r), CodecKind::kBf16, 1.5);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  bool named = false;
+  for (const auto& l : b->limits) named |= l.detail.find("costliest: bf16 compress") != std::string::npos;
+  EXPECT_TRUE(named);
 }
 
 }  // namespace

@@ -173,6 +173,24 @@ TEST(WireGolden, Frames) {
   zp.payload_length = static_cast<uint32_t>(z.size());
   Golden("frame_pages_zstd.bin", FrameBytes(zp, z, integrity), /*exact=*/false);
 
+  // bf16: 4096 values whose exponents crowd into five values (as weights' do),
+  // sign and mantissa spread, and an odd last byte.
+  std::vector<std::byte> weights(2 * 4096 + 1);
+  for (size_t i = 0; i < 4096; ++i) {
+    const unsigned exponent = 0x78 + (i * 7) % 5, sign_mantissa = (i * 131) & 0xff;
+    const unsigned v = ((sign_mantissa & 0x80) << 8) | (exponent << 7) | (sign_mantissa & 0x7f);
+    weights[2 * i] = static_cast<std::byte>(v & 0xff);
+    weights[2 * i + 1] = static_cast<std::byte>(v >> 8);
+  }
+  weights.back() = std::byte{0xa5};
+  std::vector<std::byte> b16;
+  ASSERT_EQ(enc.Encode(CodecKind::kBf16, 1, weights, b16), CodecKind::kBf16);
+  wire::FrameHeader bp = pages;
+  bp.codec_flags = 3;
+  bp.raw_length = static_cast<uint32_t>(weights.size());
+  bp.payload_length = static_cast<uint32_t>(b16.size());
+  Golden("frame_pages_bf16.bin", FrameBytes(bp, b16, integrity), /*exact=*/false);
+
   wire::FrameHeader zero = pages;
   zero.type = wire::FrameType::kZeroPages;
   zero.payload_length = 0;
@@ -192,6 +210,23 @@ TEST(WireGolden, Frames) {
   FrameDecoder dec;
   ASSERT_TRUE(dec.Decode(CodecKind::kZstd, p3, raw).ok());
   EXPECT_EQ(raw, page);
+  auto p5 = OpenFrame("frame_pages_bf16.bin", integrity, &h);
+  EXPECT_EQ(h.codec_flags, 3);
+  EXPECT_EQ(h.raw_length, 8193u);
+  ASSERT_EQ(h.payload_length, p5.size());
+  // Our part of the layout is pinned byte for byte (the exponent stream is zstd's):
+  // E, then value i's sign+mantissa byte, then the odd byte, then E bytes.
+  ASSERT_GT(p5.size(), 4u + 4096 + 1);
+  const uint32_t e = static_cast<uint32_t>(p5[0]) | static_cast<uint32_t>(p5[1]) << 8 |
+                     static_cast<uint32_t>(p5[2]) << 16 | static_cast<uint32_t>(p5[3]) << 24;
+  EXPECT_EQ(e, p5.size() - 4 - 4096 - 1);
+  for (size_t i = 0; i < 4096; ++i) ASSERT_EQ(p5[4 + i], static_cast<std::byte>((i * 131) & 0xff)) << i;
+  EXPECT_EQ(p5[4 + 4096], std::byte{0xa5});
+  std::vector<std::byte> raw16(h.raw_length);
+  Status st16 = dec.Decode(CodecKind::kBf16, p5, raw16);
+  ASSERT_TRUE(st16.ok()) << st16.ToString();
+  EXPECT_EQ(raw16, weights);
+
   auto p4 = OpenFrame("frame_zero.bin", integrity, &h);
   EXPECT_EQ(h.type, wire::FrameType::kZeroPages);
   EXPECT_TRUE(p4.empty());
