@@ -6,6 +6,16 @@
 
 namespace gpumigrate {
 
+Outcome CleanupFor(Outcome outcome, SourceFate fate) {
+  if (outcome != Outcome::kCompleted) return outcome;
+  switch (fate) {
+    case SourceFate::kResume: return Outcome::kAborted;
+    case SourceFate::kStop: return Outcome::kInDoubt;
+    case SourceFate::kRelease: break;
+  }
+  return Outcome::kCompleted;
+}
+
 void Scrub(Device& dev, bool enabled, Clock& clock, MigrationReport& report) {
   if (!enabled) {
     report.scrubbed = false;

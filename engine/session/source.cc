@@ -43,19 +43,6 @@ v1::RegionHint ToWire(RegionHint h) {
   }
 }
 
-// What the SaveCleanup hook is told: a completed session's fate maps onto the
-// hook's three cases (device.h): released like a migrated source, running on
-// like a rolled-back one, or held stopped like an in-doubt one.
-Outcome CleanupFor(Outcome outcome, SourceFate fate) {
-  if (outcome != Outcome::kCompleted) return outcome;
-  switch (fate) {
-    case SourceFate::kResume: return Outcome::kAborted;
-    case SourceFate::kStop: return Outcome::kInDoubt;
-    case SourceFate::kRelease: break;
-  }
-  return Outcome::kCompleted;
-}
-
 class Source {
  public:
   Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
@@ -443,8 +430,9 @@ MigrationReport Source::Teardown(Outcome outcome, Status st) {
       break;
   }
   report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
-  if (CleanupFor(outcome, opt_.fate) == Outcome::kCompleted) Scrub(dev_, opt_.scrub, clock_, report_);
-  report_.source_cleanup = dev_.SaveCleanup(CleanupFor(outcome, opt_.fate));
+  const Outcome fate = CleanupFor(outcome, opt_.fate);
+  if (fate == Outcome::kCompleted) Scrub(dev_, opt_.scrub, clock_, report_);
+  report_.source_cleanup = dev_.SaveCleanup(fate);
   report_.total_ms = MsBetween(t0_, clock_.Now());
   if (outcome == Outcome::kCompleted) {
     EnterPhase(Phase::kCompleted, final_round_);
