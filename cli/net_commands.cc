@@ -64,6 +64,49 @@ int Usage(const char* cmd, const Status& s) {
   return 2;
 }
 
+void AddLivenessFlags(CLI::App* c, LivenessFlags& f) {
+  c->add_option("--peer-timeout", f.peer_timeout,
+                "Longest wait on the peer while it makes no progress (it keeps sending keepalives but gets no work "
+                "done); a peer that gets work done is never cut off")
+      ->capture_default_str();
+  c->add_option("--peer-silence-timeout", f.peer_silence_timeout,
+                "Fail when nothing, not even a keepalive, has come from the peer for this long, or a control write "
+                "has been blocked this long: the peer or the link is down")
+      ->capture_default_str();
+  c->add_option("--keepalive-interval", f.keepalive_interval,
+                "How often this side tells the peer it is alive (less than half the peer's silence timeout)")
+      ->capture_default_str();
+}
+
+struct LivenessLimits {
+  std::chrono::nanoseconds peer_timeout, silence, interval;
+};
+
+Result<LivenessLimits> ParseLiveness(const LivenessFlags& f) {
+  GM_ASSIGN_OR_RETURN(auto peer, ParseDuration(f.peer_timeout));
+  GM_ASSIGN_OR_RETURN(auto silence, ParseDuration(f.peer_silence_timeout));
+  GM_ASSIGN_OR_RETURN(auto interval, ParseDuration(f.keepalive_interval));
+  LivenessLimits l{std::chrono::duration_cast<std::chrono::nanoseconds>(peer),
+             std::chrono::duration_cast<std::chrono::nanoseconds>(silence),
+             std::chrono::duration_cast<std::chrono::nanoseconds>(interval)};
+  if (l.peer_timeout <= std::chrono::nanoseconds(0) || l.interval <= std::chrono::nanoseconds(0)) {
+    return InvalidArgument("--peer-timeout and --keepalive-interval must be positive");
+  }
+  if (l.silence < 2 * l.interval) {
+    return InvalidArgument(fmt::format("--peer-silence-timeout {} must be at least twice --keepalive-interval {}: a "
+                                       "live peer would be taken for dead",
+                                       f.peer_silence_timeout, f.keepalive_interval));
+  }
+  return l;
+}
+
+template <typename Options>
+void Apply(const LivenessLimits& l, Options& o) {
+  o.peer_timeout = l.peer_timeout;
+  o.peer_silence_timeout = l.silence;
+  o.keepalive_interval = l.interval;
+}
+
 
 }  // namespace
 
@@ -80,6 +123,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
               "Probe: estimate first, then pre-copy to the receiver until the switchover decision and abort cleanly "
               "(the source never stops, the receiver discards); report measured vs predicted");
   c->add_option("--sample", f.sample, "With --dry-run: how long the estimator observes first")->capture_default_str();
+  AddLivenessFlags(c, f.live);
   AddQemuSourceFlags(c, f.qemu);
   AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
@@ -96,6 +140,11 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   c->add_option("--run-after", f.run_after,
                 "After the switchover, let the workload run this long here, then pause it and self-check its memory")
       ->capture_default_str();
+  c->add_option("--handshake-timeout", f.handshake_timeout,
+                "Once a connection arrives: how long its TLS handshake and session join may take (a silent stranger "
+                "is dropped after this, not after --accept-timeout)")
+      ->capture_default_str();
+  AddLivenessFlags(c, f.live);
   AddQemuDestinationFlags(c, f.qemu);
   AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
@@ -143,7 +192,10 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   if (!warmup.ok() || !connect_timeout.ok()) {
     return Usage("migrate", !warmup.ok() ? warmup.status() : connect_timeout.status());
   }
+  auto live = ParseLiveness(f.live);
+  if (!live.ok()) return Usage("migrate", live.status());
   SourceOptions o = *opts;
+  Apply(*live, o);
   o.cancel = &cancel;
   o.dry_run = f.dry_run;
   o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
@@ -241,9 +293,14 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   if (!at.ok()) return Usage("receive", at.status());
   auto accept_timeout = ParseDuration(f.accept_timeout);
   auto run_after = ParseDuration(f.run_after);
-  if (!accept_timeout.ok() || !run_after.ok()) {
-    return Usage("receive", !accept_timeout.ok() ? accept_timeout.status() : run_after.status());
+  auto handshake_timeout = ParseDuration(f.handshake_timeout);
+  if (!accept_timeout.ok() || !run_after.ok() || !handshake_timeout.ok()) {
+    return Usage("receive", !accept_timeout.ok() ? accept_timeout.status()
+                            : !run_after.ok()    ? run_after.status()
+                                                 : handshake_timeout.status());
   }
+  auto live = ParseLiveness(f.live);
+  if (!live.ok()) return Usage("receive", live.status());
   // Listen first: a source that connects while the device is being allocated
   // waits in the backlog instead of being refused.
   auto listener = TcpListener::Listen(*at);
@@ -263,7 +320,8 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   Print(stderr, "receive: listening on {}:{} for {}{}\n", at->host, (*listener)->port(), dst->Describe(),
              tls->has_value() ? "" : " (INSECURE: no TLS)");
   auto ns = AcceptSession(**listener, std::chrono::duration_cast<std::chrono::milliseconds>(*accept_timeout),
-                          tls->has_value() ? &**tls : nullptr);
+                          tls->has_value() ? &**tls : nullptr,
+                          std::chrono::duration_cast<std::chrono::milliseconds>(*handshake_timeout));
   if (!ns.ok()) {
     Print(stderr, "gpumigrate receive: {}\n", ns.status().message());
     return 1;
@@ -271,6 +329,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   Print(stderr, "receive: session {:016x} joined with {} data streams: {}\n", ns->session_id, ns->data.size(),
              ns->security);
   DestinationOptions o;
+  Apply(*live, o);
   o.aes_key = ns->aes_key;
   o.cancel = &cancel;
   o.on_phase = WithCrashHook([](Phase p, uint32_t round) {

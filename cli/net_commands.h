@@ -19,6 +19,13 @@ struct TlsFlags {
   bool insecure = false;
 };
 
+// How long a side waits on its peer (both commands; SourceOptions says how).
+struct LivenessFlags {
+  std::string peer_timeout = "60s";
+  std::string peer_silence_timeout = "10s";
+  std::string keepalive_interval = "1s";
+};
+
 struct MigrateFlags {
   std::string device = "sim:llm";
   std::string to;
@@ -27,6 +34,7 @@ struct MigrateFlags {
   std::string connect_timeout = "30s";
   std::string sample = "1s";
   bool dry_run = false;
+  LivenessFlags live;
   TlsFlags tls;
   QemuFlags qemu;
   bool json = false;
@@ -38,6 +46,8 @@ struct ReceiveFlags {
   std::string accept_timeout = "300s";
   std::string port_file;
   std::string run_after = "500ms";
+  std::string handshake_timeout = "10s";
+  LivenessFlags live;
   TlsFlags tls;
   QemuFlags qemu;
   bool json = false;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/session/frame_receiver.h"
+#include "engine/session/liveness.h"
 #include "engine/session/mailbox.h"
 #include "engine/session/page_hashes.h"
 #include "engine/session/state_stream.h"
@@ -29,7 +30,8 @@ class Destination {
  public:
   Destination(Device& dev, const SessionStreams& streams, const DestinationOptions& opt)
       : dev_(dev), streams_(streams), opt_(opt), clock_(opt.clock ? *opt.clock : SystemClock()),
-        regions_(dev.Regions()), hashes_(regions_), box_(clock_), t0_(clock_.Now()) {
+        regions_(dev.Regions()), hashes_(regions_), box_(clock_), writer_(streams.control, clock_),
+        t0_(clock_.Now()) {
     for (const auto& r : regions_) last_round_.emplace_back(r.pages(), 0);
     report_.device = dev.Describe();
     for (const auto& r : regions_) report_.device_bytes += r.size_bytes;
@@ -49,14 +51,22 @@ class Destination {
   Status Apply(const wire::FrameHeader& h, std::span<const std::byte> payload);
   Result<v1::Envelope> Next(const char* what);
   void EnterPhase(Phase p, uint32_t round) {
+    if (live_) live_->Doing(fmt::format("{} (round {})", PhaseName(p), round));
     if (opt_.on_phase) opt_.on_phase(p, round);
+  }
+  // Where the migration stands: reported on failure, named in our keepalives.
+  void At(StepAt a) {
+    at_ = a;
+    if (live_) live_->Doing(StepName(a));
   }
   void Shutdown() {
     if (reader_) reader_->StopQuietly();
     if (receiver_) receiver_->StopQuietly();
+    if (live_) live_->StopQuietly();
     streams_.control->Close();
     for (Stream* s : streams_.data) s->Close();
     if (receiver_) receiver_->Join();
+    if (live_) live_->Join();
     reader_.reset();
   }
   MigrationReport Teardown(Outcome outcome, Status st, bool tell_peer);
@@ -78,8 +88,11 @@ class Destination {
   uint32_t rounds_ = 0;    // pre-copy rounds applied
   StepAt at_;
   Mailbox box_;
+  ControlWriter writer_;
   std::unique_ptr<ControlReader> reader_;
   std::unique_ptr<FrameReceiver> receiver_;
+  std::atomic<uint64_t> work_{0};   // bytes applied: the progress our keepalives report
+  std::unique_ptr<Liveness> live_;
   MigrationReport report_;
   Clock::TimePoint t0_;
 };
@@ -91,6 +104,7 @@ Result<v1::Envelope> Destination::Next(const char* what) {
   while (true) {
     auto r = box_.Next(clock_.Now() + std::chrono::seconds(1), opt_.cancel, what);
     if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded) return r;
+    if (!box_.failure().ok()) return r;  // the watchdog's verdict, not the end of a slice
     uint64_t f = FramesTotal();
     if (f != last_frames) {
       last_frames = f;
@@ -105,7 +119,12 @@ Status Destination::Handshake() {
   GM_ASSIGN_OR_RETURN(v1::Envelope hello, Next("Hello"));
   if (!hello.has_hello()) return Corrupt(fmt::format("protocol error: expected Hello, got {}", wire::EnvelopeKind(hello)));
   GM_RETURN_IF_ERROR(wire::CheckHello(hello.hello()));
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, DecodeCapabilities())));
+  std::vector<std::string> caps = DecodeCapabilities();
+  caps.push_back(wire::kCapKeepalive);
+  GM_RETURN_IF_ERROR(writer_.Send(wire::MakeHello(GPUMIGRATE_VERSION, caps)));
+  for (const auto& cap : hello.hello().capabilities()) {
+    if (cap == wire::kCapKeepalive) live_->PeerSpeaksKeepalive();
+  }
   GM_ASSIGN_OR_RETURN(v1::Envelope m, Next("Manifest"));
   if (!m.has_manifest()) return Corrupt(fmt::format("protocol error: expected Manifest, got {}", wire::EnvelopeKind(m)));
   return CheckManifest(m.manifest());
@@ -152,6 +171,8 @@ Status Destination::CheckManifest(const v1::Manifest& m) {
 }
 
 Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte> payload) {
+  work_.fetch_add(payload.size() + 1, std::memory_order_relaxed);
+  box_.PeerProgressed();
   if (h.type == wire::FrameType::kDeviceState) return state_.Apply(h, payload);
   size_t idx = 0;
   while (regions_[idx].id != h.region) ++idx;  // checked to exist by the caller
@@ -227,6 +248,10 @@ Status Destination::Prepare(const v1::Prepare& p) {
 MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer) {
   const std::string step = StepName(at_);
   bool closed = false;
+  // The liveness watchdog closed the streams: a broken stream is the echo of its reason.
+  if (Status f = box_.failure(); f.code() == StatusCode::kDeadlineExceeded && st.code() == StatusCode::kUnavailable) {
+    st = f;
+  }
   if (outcome != Outcome::kCompleted && st.code() == StatusCode::kUnavailable) {
     // A stream that broke because the source aborted: report the source's reason;
     // one that broke with no Abort: say the source closed it, and when.
@@ -238,7 +263,7 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
       closed = true;
     }
   }
-  if (tell_peer) (void)wire::SendEnvelope(*streams_.control, wire::MakeAbort(st.message(), step));
+  if (tell_peer) (void)writer_.Send(wire::MakeAbort(st.message(), step));
   Shutdown();
   if (outcome != Outcome::kCompleted && prepared_) outcome = Outcome::kInDoubt;
   report_.outcome = outcome;
@@ -273,7 +298,18 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
 // Handshake, the device's LoadSetup hook, RESUMING, receivers, Ready.
 Status Destination::Start() {
   reader_ = std::make_unique<ControlReader>(streams_.control, &box_, nullptr);
-  at_ = {Step::kHandshake};
+  Liveness::Options lo;
+  lo.interval = opt_.keepalive_interval;
+  lo.silence = opt_.peer_silence_timeout;
+  lo.progress = opt_.peer_timeout;
+  lo.peer = "the source";
+  live_ = std::make_unique<Liveness>(
+      writer_, box_, clock_, lo, [this] { return work_.load(std::memory_order_relaxed); },
+      [this] {
+        streams_.control->Close();
+        for (Stream* s : streams_.data) s->Close();
+      });
+  At({Step::kHandshake});
   EnterPhase(Phase::kHandshake, 0);
   GM_RETURN_IF_ERROR(Handshake());
   GM_RETURN_IF_ERROR(dev_.LoadSetup().WithContext("device setup"));
@@ -285,7 +321,7 @@ Status Destination::Start() {
   receiver_->Start();
   v1::Envelope ready;
   ready.mutable_ready()->set_setup_note(dev_.SetupNote());
-  return wire::SendEnvelope(*streams_.control, ready);
+  return writer_.Send(ready);
 }
 
 Status Destination::OnRoundEnd(const v1::RoundEnd& end) {
@@ -293,21 +329,21 @@ Status Destination::OnRoundEnd(const v1::RoundEnd& end) {
   GM_RETURN_IF_ERROR(WaitForFrames(end.frames_per_stream(), "the round's frames"));
   v1::Envelope applied;
   applied.mutable_round_applied()->set_round(end.round());
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, applied));
+  GM_RETURN_IF_ERROR(writer_.Send(applied));
   EnterPhase(Phase::kRoundEnd, end.round());
-  at_ = {Step::kPreCopy, rounds_};
+  At({Step::kPreCopy, rounds_});
   return Status::Ok();
 }
 
 Status Destination::OnPrepare(const v1::Prepare& p) {
-  at_ = {Step::kPrepare};
+  At({Step::kPrepare});
   EnterPhase(Phase::kPrepareReceived, p.final_round());
   GM_RETURN_IF_ERROR(Prepare(p));
   v1::Envelope ok;
   ok.mutable_prepared();
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, ok));
+  GM_RETURN_IF_ERROR(writer_.Send(ok));
   prepared_ = true;
-  at_ = {Step::kCommit};
+  At({Step::kCommit});
   EnterPhase(Phase::kPreparedSent, p.final_round());
   return Status::Ok();
 }
@@ -323,7 +359,7 @@ MigrationReport Destination::Run() {
     return report_;
   }
   if (Status st = Start(); !st.ok()) return Teardown(Outcome::kAborted, st, true);
-  at_ = {Step::kPreCopy, 0};
+  At({Step::kPreCopy, 0});
   while (true) {
     auto env = Next(prepared_ ? "Commit" : "RoundEnd or Prepare");
     if (!env.ok()) return Teardown(Outcome::kAborted, env.status(), !prepared_);
@@ -349,9 +385,9 @@ MigrationReport Destination::Run() {
   v1::Envelope running;
   running.mutable_running();
   // The device runs here now either way; a lost Running leaves the source in doubt, not us.
-  (void)wire::SendEnvelope(*streams_.control, running);
+  (void)writer_.Send(running);
   // Let the source read Running before the streams close: wait for its close.
-  (void)box_.Next(clock_.Now() + std::chrono::seconds(5), nullptr, "the source to close");
+  (void)box_.Next(clock_.Now() + std::chrono::seconds(5), nullptr, "the source to close", /*hard_deadline=*/true);
   return Teardown(Outcome::kCompleted, Status::Ok(), false);
 }
 

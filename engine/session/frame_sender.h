@@ -11,6 +11,7 @@
 // whose threads may be blocked in a write. Send/Flush: one thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -47,7 +48,7 @@ class FrameSender {
   // Waits until every queued frame has been handed to its stream.
   Status Flush();
 
-  uint64_t bytes_sent() const { return bytes_; }
+  uint64_t bytes_sent() const { return bytes_.load(std::memory_order_relaxed); }  // any thread
   const std::vector<uint64_t>& frames_per_stream() const { return frames_; }
   const std::vector<uint64_t>& bytes_per_stream() const { return stream_bytes_; }
 
@@ -67,7 +68,7 @@ class FrameSender {
   std::vector<uint64_t> stream_bytes_;
   size_t next_stream_ = 0;
   bool pinned_ = false;
-  uint64_t bytes_ = 0;
+  std::atomic<uint64_t> bytes_{0};
   RateLimiter limiter_;
 
   std::mutex mu_;

@@ -1,7 +1,15 @@
 // Mailbox: control messages read by a background thread, handed to the session
 // thread with deadlines, plus the first failure of any helper thread (control
-// reader, data receivers). A session waits on one place for "the next message,
-// or the reason there will be none".
+// reader, data receivers, the liveness watchdog). A session waits on one place
+// for "the next message, or the reason there will be none".
+//
+// Deadlines: without liveness (a peer that sends no keepalives) a wait ends at
+// the deadline its caller gives. With liveness (EnableLiveness, once the peer's
+// Hello listed `keepalive`) the peer is not timed per reply but by its progress:
+// a wait ends only once the peer has reported no progress for the progress
+// timeout (and not before the caller's deadline), so a slow peer that gets work
+// done is never cut off. Silence (no keepalive at all) is the watchdog's to
+// catch (engine/session/liveness.h).
 #pragma once
 
 #include <atomic>
@@ -11,7 +19,10 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "gpumigrate/clock.h"
 #include "gpumigrate/status.h"
@@ -43,6 +54,45 @@ class Mailbox {
     return failure_;
   }
 
+  // The peer sends keepalives from now on: hold it to its progress (see above).
+  // `peer` names it in errors ("the destination").
+  void EnableLiveness(Clock::Duration progress_timeout, std::string peer) {
+    std::lock_guard lk(mu_);
+    progress_timeout_ = progress_timeout;
+    peer_ = std::move(peer);
+    last_heard_ = last_progress_ = clock_.Now();
+    cv_.notify_all();
+  }
+
+  // From the control reader, for every envelope: the peer is alive. A protocol
+  // message is progress; a Keepalive is when its count moved, and says what the
+  // peer is doing.
+  void Heard(const wire::v1::Envelope& env) {
+    std::lock_guard lk(mu_);
+    last_heard_ = clock_.Now();
+    if (!env.has_keepalive()) {
+      last_progress_ = last_heard_;
+      return;
+    }
+    if (!heard_keepalive_ || env.keepalive().progress() != peer_progress_) last_progress_ = last_heard_;
+    heard_keepalive_ = true;
+    peer_progress_ = env.keepalive().progress();
+    peer_activity_ = env.keepalive().activity().substr(0, 200);
+  }
+
+  // The peer's data arrived and was applied: it is alive and its work shows.
+  void PeerProgressed() {
+    std::lock_guard lk(mu_);
+    last_heard_ = last_progress_ = clock_.Now();
+  }
+
+  // Time since anything was heard from the peer; nullopt before EnableLiveness.
+  std::optional<Clock::Duration> SilentFor() const {
+    std::lock_guard lk(mu_);
+    if (!progress_timeout_) return std::nullopt;
+    return clock_.Now() - last_heard_;
+  }
+
   // The control reader has stopped: no further message will come.
   void ReaderDone() {
     std::lock_guard lk(mu_);
@@ -71,9 +121,10 @@ class Mailbox {
   }
 
   // Next message, or the recorded failure, or kDeadlineExceeded, or kAborted when
-  // `cancel` becomes true.
+  // `cancel` becomes true. `hard_deadline`: the deadline holds even with liveness
+  // (a wait that is not on the peer's work, e.g. for it to close).
   Result<wire::v1::Envelope> Next(Clock::TimePoint deadline, const std::atomic<bool>* cancel,
-                                  const char* waiting_for) {
+                                  const char* waiting_for, bool hard_deadline = false) {
     std::unique_lock lk(mu_);
     while (true) {
       if (!queue_.empty()) {
@@ -81,7 +132,7 @@ class Mailbox {
         queue_.pop_front();
         return env;
       }
-      GM_RETURN_IF_ERROR(Stopped(deadline, cancel, waiting_for));
+      GM_RETURN_IF_ERROR(Stopped(deadline, cancel, waiting_for, hard_deadline));
       WaitALittle(lk, deadline);
     }
   }
@@ -102,10 +153,27 @@ class Mailbox {
 
  private:
   // Why a wait must end now (a failure, cancel, the deadline), or Ok. Under mu_.
-  Status Stopped(Clock::TimePoint deadline, const std::atomic<bool>* cancel, const char* waiting_for) const {
+  Status Stopped(Clock::TimePoint deadline, const std::atomic<bool>* cancel, const char* waiting_for,
+                 bool hard_deadline = false) const {
     if (!failure_.ok()) return failure_;
     if (cancel && cancel->load()) return Aborted(std::string("cancelled while waiting for ") + waiting_for);
-    if (clock_.Now() >= deadline) {
+    const auto now = clock_.Now();
+    if (progress_timeout_ && !hard_deadline) {
+      if (now < deadline || now < last_progress_ + *progress_timeout_) return Status::Ok();
+      const double limit_s = std::chrono::duration<double>(*progress_timeout_).count();
+      if (now - last_heard_ >= *progress_timeout_) {
+        return Status(StatusCode::kDeadlineExceeded,
+                      fmt::format("timed out waiting for {}: nothing came from {} for {:.1f} s (peer timeout {:.0f} s)",
+                                  waiting_for, peer_, std::chrono::duration<double>(now - last_heard_).count(),
+                                  limit_s));
+      }
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("timed out waiting for {}: {} is alive but made no progress for {:.1f} s (peer "
+                                "timeout {:.0f} s; its last keepalive said: {})",
+                                waiting_for, peer_, std::chrono::duration<double>(now - last_progress_).count(),
+                                limit_s, peer_activity_.empty() ? "nothing" : peer_activity_));
+    }
+    if (now >= deadline) {
       return Status(StatusCode::kDeadlineExceeded, std::string("timed out waiting for ") + waiting_for);
     }
     return Status::Ok();
@@ -123,10 +191,18 @@ class Mailbox {
   std::deque<wire::v1::Envelope> queue_;
   Status failure_;
   bool reader_done_ = false;
+  // Liveness (unset: off).
+  std::optional<Clock::Duration> progress_timeout_;
+  std::string peer_;
+  Clock::TimePoint last_heard_{}, last_progress_{};
+  bool heard_keepalive_ = false;
+  uint64_t peer_progress_ = 0;
+  std::string peer_activity_;
 };
 
-// Reads envelopes from `control` into `box` until the stream fails. An Abort from
-// the peer is queued like any message and also reported through on_abort (from
+// Reads envelopes from `control` into `box` until the stream fails. Keepalives
+// only tell the mailbox the peer lives (Heard). An Abort from the peer is queued
+// like any message and also reported through on_abort (from
 // the reader thread) so the session can stop sending at once.
 class ControlReader {
  public:
@@ -139,6 +215,8 @@ class ControlReader {
               box->ReaderDone();
               return;
             }
+            box->Heard(*env);
+            if (env->has_keepalive()) continue;  // liveness only: never queued
             if (env->has_abort() && on_abort) on_abort(env->abort());
             box->Post(std::move(env).value());
           }

@@ -18,6 +18,7 @@
 
 #include "engine/codec_choice/codec_choice.h"
 #include "engine/session/frame_sender.h"
+#include "engine/session/liveness.h"
 #include "engine/session/mailbox.h"
 #include "engine/session/page_classifier.h"
 #include "engine/session/page_hashes.h"
@@ -47,7 +48,8 @@ class Source {
  public:
   Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
       : dev_(dev), streams_(streams), opt_(opt), clock_(opt.clock ? *opt.clock : SystemClock()),
-        regions_(dev.Regions()), hashes_(regions_), box_(clock_), t0_(clock_.Now()) {
+        regions_(dev.Regions()), hashes_(regions_), box_(clock_), writer_(streams.control, clock_),
+        t0_(clock_.Now()) {
     session_id_ = opt.session_id;
     if (session_id_ == 0) {
       std::random_device rd;
@@ -92,19 +94,23 @@ class Source {
   Status Interrupted();
   Status Explain(Status st);
   void EnterPhase(Phase p, uint32_t round) {
+    if (live_) live_->Doing(fmt::format("{} (round {})", PhaseName(p), round));
     if (opt_.on_phase) opt_.on_phase(p, round);
   }
   void ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t done, bool force);
   void CloseAll() {
     if (reader_) reader_->StopQuietly();
+    if (live_) live_->StopQuietly();
     streams_.control->Close();
     for (Stream* s : streams_.data) s->Close();
+    if (live_) live_->Join();
   }
   // Times one stun phase: runs `step` and adds to `slot` the time since the
   // previous phase ended, so the phases tile the stun with no gap.
   template <typename F>
   Status TimePhase(Step at, std::optional<double>& slot, F&& step) {
     at_ = {at};
+    if (live_) live_->Doing(StepName(at_));
     Status st = step();
     auto now = clock_.Now();
     slot = slot.value_or(0) + MsBetween(phase_end_, now);
@@ -122,9 +128,11 @@ class Source {
   PageHashes hashes_;
   uint64_t session_id_;
   Mailbox box_;
+  ControlWriter writer_;
   std::unique_ptr<ControlReader> reader_;
   std::unique_ptr<FrameSender> sender_;
   std::unique_ptr<StateStreamSender> state_;  // the device's own state, blob or stream
+  std::unique_ptr<Liveness> live_;            // after sender_: its keepalives read the byte count
   std::atomic<bool> peer_aborted_{false};
   DirtyTracker* tracker_ = nullptr;
   bool tracking_ = false;
@@ -192,9 +200,12 @@ Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what)
 }
 
 Status Source::Handshake() {
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, {})));
+  GM_RETURN_IF_ERROR(writer_.Send(wire::MakeHello(GPUMIGRATE_VERSION, {wire::kCapKeepalive})));
   GM_ASSIGN_OR_RETURN(v1::Envelope peer, Await(v1::Envelope::kHello, "Hello"));
   GM_RETURN_IF_ERROR(wire::CheckHello(peer.hello()));
+  for (const auto& cap : peer.hello().capabilities()) {
+    if (cap == wire::kCapKeepalive) live_->PeerSpeaksKeepalive();
+  }
   GM_RETURN_IF_ERROR(ChooseCodecs(peer.hello()));
 
   v1::Envelope env;
@@ -212,7 +223,7 @@ Status Source::Handshake() {
     w->set_page_size(r.page_size);
     w->set_hint(ToWire(r.hint));
   }
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
+  GM_RETURN_IF_ERROR(writer_.Send(env));
   GM_ASSIGN_OR_RETURN(v1::Envelope ready, Await(v1::Envelope::kReady, "Ready"));
   if (ready.ready().setup_note().size() > 4096) return Corrupt("Ready: the destination's setup note exceeds 4 KiB");
   return dev_.SetPeerSetupNote(ready.ready().setup_note()).WithContext("device setup");
@@ -258,6 +269,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         uint64_t len = std::min(n * ps, r.size_bytes - off);
         buf_.resize(len);
         GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_).WithContext(fmt::format("read region {}", r.name)));
+        live_->Worked(len);  // progress even when nothing needs sending (pages the destination holds)
         pages.Classify(buf_, ps);
         for (const PageRun& whole : pages.runs()) {
           // The parts of the run the destination does not hold yet.
@@ -363,8 +375,7 @@ Status Source::Explain(Status st) {
 // source to RUNNING with its memory untouched.
 void Source::RollBack(Status st) {
   st = report_.dry_run ? Status::Ok() : Explain(std::move(st));
-  (void)wire::SendEnvelope(*streams_.control,
-                           wire::MakeAbort(report_.dry_run ? "dry run complete: the probe stops before switchover"
+  (void)writer_.Send(wire::MakeAbort(report_.dry_run ? "dry run complete: the probe stops before switchover"
                                                            : st.message(),
                                            report_.dry_run ? "dry run" : StepName(at_)));
   CloseAll();
@@ -400,6 +411,10 @@ void Source::RollBack(Status st) {
 // runs last, outside the stun.
 MigrationReport Source::Teardown(Outcome outcome, Status st) {
   report_.outcome = outcome;
+  // The liveness watchdog closed the streams: a broken stream is the echo of its reason.
+  if (Status f = box_.failure(); f.code() == StatusCode::kDeadlineExceeded && st.code() == StatusCode::kUnavailable) {
+    st = f;
+  }
   switch (outcome) {
     case Outcome::kAborted:
       RollBack(std::move(st));
@@ -505,6 +520,19 @@ Status Source::Start() {
     peer_aborted_ = true;
     for (Stream* s : streams_.data) s->Close();
   });
+  Liveness::Options lo;
+  lo.interval = opt_.keepalive_interval;
+  lo.silence = opt_.peer_silence_timeout;
+  lo.progress = opt_.peer_timeout;
+  lo.peer = "the destination";
+  // A dead peer ends every blocked write and read: the session thread then
+  // fails with the watchdog's reason (the mailbox's first failure).
+  live_ = std::make_unique<Liveness>(
+      writer_, box_, clock_, lo, [this] { return sender_->bytes_sent(); },
+      [this] {
+        streams_.control->Close();
+        for (Stream* s : streams_.data) s->Close();
+      });
   at_ = {Step::kHandshake};
   EnterPhase(Phase::kHandshake, 0);
   GM_RETURN_IF_ERROR(Handshake());
@@ -529,7 +557,7 @@ Status Source::RunRound(uint32_t round) {
   GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound(), rr));
   GM_RETURN_IF_ERROR(state_->SendAvailable(round));  // a streaming device's pre-copy state
   rr.bytes = sender_->bytes_sent() - sent_before;    // the rule's bandwidth sample counts both
-  GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeRoundEnd(round, sender_->frames_per_stream())));
+  GM_RETURN_IF_ERROR(writer_.Send(wire::MakeRoundEnd(round, sender_->frames_per_stream())));
   GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied").status());
   rr.ms = MsBetween(rs, clock_.Now());
   report_.rounds.push_back(rr);
@@ -622,7 +650,7 @@ Status Source::Switchover() {
       TimePhase(Step::kStopDevice, bd.stop_device_ms, [&] { return dev_.SetState(DeviceState::kStop); }));
   return TimePhase(Step::kPrepare, bd.prepare_verify_ms, [&] {
     if (opt_.before_prepare) GM_RETURN_IF_ERROR(opt_.before_prepare(hashes_.All()));
-    GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, PrepareMessage(state_bytes)));
+    GM_RETURN_IF_ERROR(writer_.Send(PrepareMessage(state_bytes)));
     EnterPhase(Phase::kPrepareSent, final_round_);
     GM_RETURN_IF_ERROR(Await(v1::Envelope::kPrepared, "Prepared").status());
     EnterPhase(Phase::kPreparedReceived, final_round_);
@@ -649,7 +677,7 @@ Status Source::Commit() {
   GM_RETURN_IF_ERROR(TimePhase(Step::kCommit, report_.stun_breakdown_ms.commit_resume_ms, [&] {
     v1::Envelope commit;
     commit.mutable_commit();
-    GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, commit));
+    GM_RETURN_IF_ERROR(writer_.Send(commit));
     EnterPhase(Phase::kCommitSent, final_round_);
     GM_RETURN_IF_ERROR(Await(v1::Envelope::kRunning, "Running").status());
     // A checkpoint of a live device: it runs on here, and the stun ends when it does.

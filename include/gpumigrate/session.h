@@ -107,7 +107,15 @@ struct SourceOptions {
   // Probe: pre-copy for real until the switchover decision, then abort cleanly
   // (the source never stops; the destination discards) and report the rounds.
   bool dry_run = false;
-  std::chrono::nanoseconds peer_timeout = 60s;       // for each reply from the destination
+  // Liveness. With a destination that sends keepalives (every build since they
+  // came), a wait on it ends only when it has made no progress for peer_timeout
+  // (a slow destination that gets work done is never cut off), and the session
+  // fails when nothing at all, not even a keepalive, has come for
+  // peer_silence_timeout (a dead peer or link), or a control write has been
+  // blocked that long. Without keepalives: peer_timeout for each reply.
+  std::chrono::nanoseconds peer_timeout = 60s;
+  std::chrono::nanoseconds peer_silence_timeout = 10s;
+  std::chrono::nanoseconds keepalive_interval = 1s;  // ours; the peer is timed by its own
   uint64_t session_id = 0;                           // 0: pick a random one
   // Set (by the TLS transport, from its exporter): data frames are encrypted with
   // AES-256-GCM. Unset: integrity-only tags (in process, --insecure-no-tls).
@@ -143,7 +151,10 @@ struct SourceOptions {
 };
 
 struct DestinationOptions {
-  std::chrono::nanoseconds peer_timeout = 60s;       // for each message from the source
+  // Liveness, as SourceOptions says, toward the source.
+  std::chrono::nanoseconds peer_timeout = 60s;
+  std::chrono::nanoseconds peer_silence_timeout = 10s;
+  std::chrono::nanoseconds keepalive_interval = 1s;
   // Set: only AES-256-GCM frames under this key are accepted (a manifest asking
   // for anything weaker is refused). Unset: integrity-only frames.
   std::optional<std::array<std::byte, 32>> aes_key;

@@ -3,11 +3,13 @@
 // and switches to make chosen calls fail.
 #pragma once
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -37,6 +39,7 @@ class FakeDevice final : public Device, public DirtyTracker {
   std::optional<DeviceState> fail_transition_to;  // SetState(x) fails and stays put
   bool fail_load_state = false;
   bool fail_writes = false;
+  std::chrono::milliseconds write_delay{0};  // each Write takes this long: a slow device that gets work done
   std::vector<std::byte> state_blob{std::byte{1}, std::byte{2}, std::byte{3}};
   std::vector<std::byte> loaded_state;
   // Called on each Sync of region 0 (the start of a round's dirty collection).
@@ -68,6 +71,7 @@ class FakeDevice final : public Device, public DirtyTracker {
   }
   Status Write(uint32_t region, uint64_t offset, std::span<const std::byte> in) override {
     if (fail_writes) return Status(StatusCode::kResourceExhausted, "fake: write failed: out of device memory");
+    if (write_delay.count() > 0) std::this_thread::sleep_for(write_delay);
     std::lock_guard lk(mu_);
     auto& m = mem_.at(region);
     if (offset + in.size() > m.size()) return InvalidArgument("fake: write out of range");

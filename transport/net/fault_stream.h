@@ -1,7 +1,9 @@
 // FaultStream: wraps a Stream and injects faults on the bytes written through it,
 // for tests: cut the connection at byte N, flip one bit at byte N, cut when a
 // test calls Cut() from another thread (at a chosen protocol phase), or, after
-// Blackhole(), accept writes and deliver nothing (a network partition).
+// Blackhole(), accept writes and deliver nothing (a network partition), or,
+// after Deafen(), deliver nothing read either (the peer's packets vanish: reads
+// block, swallowing what arrives, until the stream is closed).
 // Counts are of bytes written through this wrapper since it was made.
 #pragma once
 
@@ -24,10 +26,15 @@ class FaultStream final : public Stream {
   FaultStream(std::unique_ptr<Stream> inner, FaultPlan plan) : inner_(std::move(inner)), plan_(plan) {}
   std::string Name() const override { return inner_->Name(); }
   Status WriteAll(std::span<const std::byte> data) override;
-  Status ReadExact(std::span<std::byte> out) override { return inner_->ReadExact(out); }
+  Status ReadExact(std::span<std::byte> out) override {
+    Status st = inner_->ReadExact(out);
+    while (st.ok() && deaf_.load()) st = inner_->ReadExact(out);  // swallowed
+    return st;
+  }
   void Close() override { inner_->Close(); }
   void Cut() { inner_->Close(); }
   void Blackhole() { blackhole_ = true; }
+  void Deafen() { deaf_ = true; }
   uint64_t bytes_written() const { return written_.load(); }
 
  private:
@@ -35,6 +42,7 @@ class FaultStream final : public Stream {
   FaultPlan plan_;
   std::atomic<uint64_t> written_{0};
   std::atomic<bool> blackhole_{false};
+  std::atomic<bool> deaf_{false};
 };
 
 }  // namespace gpumigrate

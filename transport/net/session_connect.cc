@@ -1,5 +1,6 @@
 #include "transport/net/session_connect.h"
 
+#include <algorithm>
 #include <array>
 #include <condition_variable>
 #include <cstring>
@@ -41,10 +42,9 @@ std::array<std::byte, 48> Encode(const Preamble& p) {
   return b;
 }
 
-// A connection that sends nothing must not hold the join past `timeout`: a
-// watchdog closes the stream, which ends the pending read (Stream contract).
-Result<Preamble> Read(Stream& s, std::chrono::milliseconds timeout) {
-  std::array<std::byte, 48> b;
+}  // namespace
+
+Status ReadWithin(Stream& s, std::span<std::byte> out, std::chrono::milliseconds timeout, std::string_view what) {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false, expired = false;
@@ -55,7 +55,7 @@ Result<Preamble> Read(Stream& s, std::chrono::milliseconds timeout) {
       s.Close();
     }
   });
-  Status st = s.ReadExact(b);
+  Status st = s.ReadExact(out);
   {
     std::lock_guard lk(mu);
     done = true;
@@ -64,9 +64,17 @@ Result<Preamble> Read(Stream& s, std::chrono::milliseconds timeout) {
   watchdog.join();
   if (expired) {
     return Status(StatusCode::kDeadlineExceeded,
-                  fmt::format("session join: read preamble failed: no preamble within {} ms", timeout.count()));
+                  fmt::format("{} failed: nothing within {} ms (the peer is silent)", what, timeout.count()));
   }
-  GM_RETURN_IF_ERROR(st.WithContext("session join: read preamble"));
+  return st.WithContext(what);
+}
+
+namespace {
+
+// A connection that sends nothing must not hold the join past `timeout`.
+Result<Preamble> Read(Stream& s, std::chrono::milliseconds timeout) {
+  std::array<std::byte, 48> b;
+  GM_RETURN_IF_ERROR(ReadWithin(s, b, timeout, "session join: read preamble"));
   uint32_t magic;
   uint16_t version;
   Preamble p;
@@ -147,7 +155,7 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
   // surfaces even when the write already failed.
   Status sent = ns.control->WriteAll(Encode(ctl));
   std::array<std::byte, 4> ack;
-  Status got = ns.control->ReadExact(ack);
+  Status got = ReadWithin(*ns.control, ack, timeout, "session join: read the acknowledgement");
   if (!sent.ok() || !got.ok()) {
     const Status& why = (!got.ok() && (sent.ok() || got.message().find("alert") != std::string::npos)) ? got : sent;
     return Unavailable(fmt::format(
@@ -171,12 +179,16 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
   return ns;
 }
 
-Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls) {
+Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls,
+                                 std::chrono::milliseconds handshake_timeout) {
   NetSession ns;
   std::array<std::byte, 32> exported{};
+  // Waiting for the source is `timeout`; everything once it has connected is
+  // `handshake_timeout`, so a silent stranger cannot hold the listener longer.
+  const auto hs = std::min(timeout, handshake_timeout);
   if (tls) {
     GM_ASSIGN_OR_RETURN(int fd, listener.AcceptFd(timeout));
-    GM_ASSIGN_OR_RETURN(auto t, TlsStream::Server(fd, *tls, timeout));
+    GM_ASSIGN_OR_RETURN(auto t, TlsStream::Server(fd, *tls, hs));
     GM_ASSIGN_OR_RETURN(exported, t->ExportKey(kExporterLabel));
     ns.security = t->Describe() + "; data: AES-256-GCM, keys from the TLS exporter";
     ns.control = std::move(t);
@@ -184,7 +196,7 @@ Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::millisecond
     GM_ASSIGN_OR_RETURN(ns.control, listener.Accept(timeout, "control"));
     ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
   }
-  GM_ASSIGN_OR_RETURN(Preamble ctl, Read(*ns.control, timeout));
+  GM_ASSIGN_OR_RETURN(Preamble ctl, Read(*ns.control, hs));
   if (ctl.kind != kControl) return Corrupt("session join: the first connection is not a control connection");
   if (ctl.streams == 0 || ctl.streams > kMaxStreams) {
     return Corrupt(fmt::format("session join: {} data streams is outside 1..{}", ctl.streams, kMaxStreams));
@@ -197,8 +209,8 @@ Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::millisecond
   }
   ns.data.resize(ctl.streams);
   for (uint32_t joined = 0; joined < ctl.streams;) {
-    GM_ASSIGN_OR_RETURN(auto d, listener.Accept(timeout, "data"));
-    GM_ASSIGN_OR_RETURN(Preamble p, Read(*d, timeout));
+    GM_ASSIGN_OR_RETURN(auto d, listener.Accept(hs, "data"));
+    GM_ASSIGN_OR_RETURN(Preamble p, Read(*d, hs));
     // A connection of another session, or a bad token, is refused and dropped; it
     // does not end this session (it may be a stray or a scanner).
     std::array<std::byte, 16> want{};

@@ -48,9 +48,18 @@ struct NetSession {
   }
 };
 
-// `tls` null: insecure mode.
+// `tls` null: insecure mode. `timeout` bounds each step of the join: connecting
+// (refusals retried), the TLS handshake, the receiver's acknowledgement.
 Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout,
                                   const TlsConfig* tls);
-Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls);
+// Waits up to `timeout` for the control connection; from then on each step
+// (TLS handshake, preamble, each data connection and its preamble) has
+// `handshake_timeout` (capped at `timeout`).
+Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls,
+                                 std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10));
+
+// ReadExact bounded in time: a watchdog closes the stream when nothing has filled
+// `out` within `timeout` (kDeadlineExceeded, naming `what`).
+Status ReadWithin(Stream& s, std::span<std::byte> out, std::chrono::milliseconds timeout, std::string_view what);
 
 }  // namespace gpumigrate

@@ -63,9 +63,17 @@ Result<addrinfo*> Resolve(const HostPort& hp, bool passive) {
   return res;
 }
 
+// Sent data unacknowledged this long (a peer or link that swallows packets)
+// fails the connection with ETIMEDOUT, instead of the kernel's ~15 minutes of
+// retransmissions. A live peer acknowledges even while its window is closed, so
+// a slow reader is not cut off; the session's keepalives bound the rest.
+constexpr unsigned kUserTimeoutMs = 30'000;
+
 void Tune(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  unsigned user_timeout = kUserTimeoutMs;
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
   int buf = 4 << 20;
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);

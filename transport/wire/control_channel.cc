@@ -85,6 +85,7 @@ std::string EnvelopeKind(const v1::Envelope& env) {
     case v1::Envelope::kRunning: return "Running";
     case v1::Envelope::kAbort: return "Abort";
     case v1::Envelope::kRoundApplied: return "RoundApplied";
+    case v1::Envelope::kKeepalive: return "Keepalive";
     default: return "unknown";
   }
 }

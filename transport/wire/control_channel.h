@@ -29,6 +29,8 @@ constexpr uint32_t kMaxControlMessageBytes = 16 << 20;
 constexpr const char* kCapZstd = "codec:zstd";
 constexpr const char* kCapShuffleZstd = "codec:shuffle16-zstd";
 constexpr const char* kCapBf16 = "codec:bf16-exp-zstd";
+// The peer understands Keepalive and sends its own: liveness deadlines apply.
+constexpr const char* kCapKeepalive = "keepalive";
 
 Status SendEnvelope(Stream& stream, const v1::Envelope& env);
 Result<v1::Envelope> RecvEnvelope(Stream& stream);

@@ -219,9 +219,10 @@ std::unique_ptr<Stream> Dial(const TcpListener& l) {
 // within kBound. `unblock` runs after the wait either way, so a destination that
 // ignores its timeout fails the test instead of hanging it.
 Result<NetSession> AcceptBounded(TcpListener& l, std::chrono::milliseconds timeout, const TlsConfig* tls,
-                                 const std::function<void()>& unblock, std::chrono::milliseconds* took = nullptr) {
+                                 const std::function<void()>& unblock, std::chrono::milliseconds* took = nullptr,
+                                 std::chrono::milliseconds handshake_timeout = std::chrono::seconds(10)) {
   const auto start = std::chrono::steady_clock::now();
-  auto f = std::async(std::launch::async, [&] { return AcceptSession(l, timeout, tls); });
+  auto f = std::async(std::launch::async, [&] { return AcceptSession(l, timeout, tls, handshake_timeout); });
   const bool ready = f.wait_for(kBound) == std::future_status::ready;
   if (took) *took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
   EXPECT_TRUE(ready) << "AcceptSession outlived its " << timeout.count() << " ms timeout by " << kBound.count() << " s";
@@ -255,6 +256,51 @@ TEST(SessionConnect, ASilentStrangerIsRefusedWithinTheTimeoutWithTls) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message(), "tls: handshake as server failed: no answer within 300 ms");
   EXPECT_LT(took, 3000ms);
+}
+
+// A receiver waits long for its source (--accept-timeout), but once a connection
+// has arrived it gets only the handshake timeout to say who it is.
+TEST(SessionConnect, ASilentStrangerHoldsTheReceiverOnlyForTheHandshakeTimeout) {
+  TempDir dir;
+  TlsConfig tls;
+  tls.psk_file = dir.Write("psk", std::string(64, 'c'));
+  for (const TlsConfig* t : std::vector<const TlsConfig*>{nullptr, &tls}) {
+    SCOPED_TRACE(t ? "tls" : "insecure");
+    auto l = Listen();
+    ASSERT_TRUE(l);
+    auto stranger = Dial(*l);
+    ASSERT_TRUE(stranger);
+    std::chrono::milliseconds took{};
+    auto r = AcceptBounded(*l, 60s, t, [&] { stranger->Close(); }, &took, 300ms);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("300 ms"), std::string::npos) << r.status().message();
+    EXPECT_LT(took, 5000ms) << "the stranger held the receiver past its handshake timeout";
+  }
+}
+
+// A listener that accepts the connection and never answers: the source's join
+// ends within its timeout instead of waiting forever for the acknowledgement.
+TEST(SessionConnect, AReceiverThatNeverAcknowledgesFailsTheJoinWithinTheTimeout) {
+  auto l = Listen();
+  ASSERT_TRUE(l);
+  std::unique_ptr<Stream> held;
+  std::thread acceptor([&] {
+    auto c = l->Accept(kTimeout, "silent receiver");
+    if (c.ok()) held = std::move(c).value();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto f = std::async(std::launch::async, [&] { return ConnectSession(At(*l), 1, 500ms, nullptr); });
+  const bool ready = f.wait_for(kBound) == std::future_status::ready;
+  acceptor.join();
+  if (!ready && held) held->Close();
+  ASSERT_TRUE(ready) << "ConnectSession waited past its timeout for an acknowledgement";
+  auto r = f.get();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("did not accept the control connection"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("nothing within 500 ms"), std::string::npos) << r.status().message();
+  if (held) held->Close();
 }
 
 TEST(SessionConnect, AStrangerSendingGarbageIsRefused) {

@@ -100,6 +100,11 @@ TEST(WireGolden, ControlMessages) {
   abort.mutable_abort()->set_phase("switchover: prepare");
   Golden("abort.bin", Serialize(abort));
 
+  v1::Envelope keepalive;
+  keepalive.mutable_keepalive()->set_progress(123456789);
+  keepalive.mutable_keepalive()->set_activity("pre-copy round 3");
+  Golden("keepalive.bin", Serialize(keepalive));
+
   // Decode what is on disk, field by field.
   auto h = Decode("hello.bin");
   EXPECT_EQ(h.hello().protocol_version(), 1u);
@@ -115,6 +120,9 @@ TEST(WireGolden, ControlMessages) {
   EXPECT_EQ(pr.prepare().digests(0).digest(), 0xfeedfacecafebeefULL);
   auto ab = Decode("abort.bin");
   EXPECT_EQ(ab.abort().phase(), "switchover: prepare");
+  auto ka = Decode("keepalive.bin");
+  EXPECT_EQ(ka.keepalive().progress(), 123456789u);
+  EXPECT_EQ(ka.keepalive().activity(), "pre-copy round 3");
 }
 
 std::vector<std::byte> FrameBytes(const wire::FrameHeader& h, std::span<const std::byte> payload, const FrameKeys& keys) {

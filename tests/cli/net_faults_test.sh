@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Issue 16: faults on the network between two real processes (`migrate` and
+# `receive`, loopback TLS with an external PSK), made by tests/support/fault_proxy.py
+# between them: a blackhole (packets vanish, nothing closed) at the handshake and
+# in round 0, one data stream stalled, a reset, a truncated control stream, a
+# duplicated segment, delay with jitter, reordering across streams, a bandwidth
+# collapse. For each: the outcome is completed and verified, or rolled back with
+# the source RUNNING, or in doubt (both stopped); never a hang, never silent
+# corruption, and a dead link is found within the silence timeout. Every fault
+# must be seen to fire (the proxy's event log). Only 127.0.0.1; every process is
+# bounded by `timeout` (exit 124 there is a hang: a failure).
+# Usage: net_faults_test.sh path/to/gpumigrate
+set -uo pipefail
+bin=$1
+here=$(cd "$(dirname "$0")" && pwd)
+proxy="$here/../support/fault_proxy.py"
+tmp=$(mktemp -d)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; [ -n "${KEEP_TMP:-}" ] || rm -rf "$tmp"' EXIT
+fail=0
+source "$here/lib.sh"
+export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
+openssl rand -hex 32 >"$tmp/psk"
+dev="sim:size=64MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
+# Short liveness limits so that a dead link is found in seconds.
+live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms)
+
+expect() {  # NAME RC ALLOWED...
+  local name=$1 rc=$2; shift 2
+  for a in "$@"; do [ "$rc" = "$a" ] && { echo "ok: $name (exit $rc)"; return; }; done
+  echo "FAIL: $name: exit $rc, expected one of: $*"
+  fail=1
+}
+
+start_receiver() {  # NAME: sets $port and $rpid
+  local name=$1
+  rm -f "$tmp/$name.port"
+  timeout 60 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" \
+    --psk-file "$tmp/psk" --json --run-after 50ms --handshake-timeout 3s "${live[@]}" \
+    >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+  rpid=$!
+  pids+=("$rpid")
+  for _ in $(seq 200); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done
+  port=$(cat "$tmp/$name.port" 2>/dev/null)
+  [ -n "$port" ] || { echo "FAIL: $name: receiver did not start"; cat "$tmp/$name.recv.err"; fail=1; }
+}
+
+start_proxy() {  # NAME TARGET-PORT PROXY-ARGS...: sets $pport and $ppid
+  local name=$1 target=$2; shift 2
+  rm -f "$tmp/$name.pport"
+  # Bounded by its own --seconds; killed outright once the migration is over.
+  python3 "$proxy" "$tmp/$name.pport" "$target" --seconds 65 --events "$tmp/$name.events" "$@" \
+    2>"$tmp/$name.proxy.err" &
+  ppid=$!
+  pids+=("$ppid")
+  for _ in $(seq 100); do [ -s "$tmp/$name.pport" ] && break; sleep 0.05; done
+  pport=$(cat "$tmp/$name.pport" 2>/dev/null)
+  [ -n "$pport" ] || { echo "FAIL: $name: proxy did not start"; cat "$tmp/$name.proxy.err"; fail=1; }
+}
+
+# run NAME MIGRATE-ARGS... -- PROXY-ARGS...: receiver, proxy, migrate through it.
+# Sets $mrc, $rrc and $took (seconds the migrate ran).
+run() {
+  local name=$1; shift
+  local margs=()
+  while [ $# -gt 0 ] && [ "$1" != "--" ]; do margs+=("$1"); shift; done
+  shift
+  start_receiver "$name"
+  start_proxy "$name" "$port" "$@"
+  local t0=$SECONDS
+  timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$pport" --psk-file "$tmp/psk" --streams 2 \
+    --warmup 20ms --connect-timeout 3s --json "${live[@]}" "${margs[@]}" >"$tmp/$name.json" 2>"$tmp/$name.err"
+  mrc=$?
+  took=$((SECONDS - t0))
+  wait "$rpid"; rrc=$?
+  kill -9 "$ppid" 2>/dev/null; wait "$ppid" 2>/dev/null
+  [ "$mrc" = 124 ] && { echo "FAIL: $name: migrate hung"; tail -5 "$tmp/$name.err"; }
+  [ "$rrc" = 124 ] && { echo "FAIL: $name: receive hung"; tail -5 "$tmp/$name.recv.err"; }
+}
+
+fired() {  # NAME MODE: the proxy's event log shows the fault happened
+  if grep -q "\"fault\": *\"$2\"" "$tmp/$1.events" 2>/dev/null; then echo "ok: $1: the $2 fault fired"; else
+    echo "FAIL: $1: the $2 fault never fired (a test of nothing)"; cat "$tmp/$1.proxy.err"; fail=1; fi
+}
+
+within() {  # NAME SECONDS
+  if [ "$took" -le "$2" ]; then echo "ok: $1: over in ${took} s (bound $2 s)"; else
+    echo "FAIL: $1: took ${took} s, more than $2 s"; fail=1; fi
+}
+
+rolled_back='r["outcome"] == "aborted" and "RUNNING" in r["resolution"]'
+completed='r["outcome"] == "completed" and r["verified"]'
+
+# 1. Blackhole at the handshake: the source's TLS handshake and the receiver's
+#    join both end within their 3 s timeouts; nothing was sent.
+run bh_hs -- --conn 0 --fault blackhole --after-bytes 0
+fired bh_hs blackhole
+expect "blackhole at the handshake: migrate" "$mrc" 1
+expect "blackhole at the handshake: receive" "$rrc" 1
+json_check "$tmp/bh_hs.json" 'r["failed_phase"] == "connect"' "blackhole at the handshake: a connect error, the source runs on"
+within "blackhole at the handshake" 15
+
+# 2. Blackhole of every connection in round 0: nobody closes anything; each side
+#    finds the other silent (3 s) and the source rolls back.
+run bh_r0 --bandwidth 100MB/s -- --conn all --fault blackhole --after-bytes $((8 << 20))
+fired bh_r0 blackhole
+expect "blackhole in round 0: migrate" "$mrc" 1
+expect "blackhole in round 0: receive" "$rrc" 1
+json_check "$tmp/bh_r0.json" "$rolled_back"' and ("silent" in r["error"] or "blocked" in r["error"])' \
+  "blackhole in round 0: the source says the destination went silent and runs on"
+within "blackhole in round 0" 20
+
+# 3. One data stream stalls (its bytes stop, its connection stays up); the
+#    control channel lives. The destination sees the source make no progress
+#    for the peer timeout (4 s) and aborts; the source runs on.
+run stall --bandwidth 100MB/s -- --conn 1 --fault stall --after-bytes $((2 << 20))
+fired stall stall
+expect "one data stream stalled: migrate" "$mrc" 1
+expect "one data stream stalled: receive" "$rrc" 1
+json_check "$tmp/stall.json" "$rolled_back" "one data stream stalled: the source runs on"
+within "one data stream stalled" 25
+
+# 4. A reset of one data stream mid-round.
+run reset --bandwidth 100MB/s -- --conn 1 --fault reset --after-bytes $((4 << 20))
+fired reset reset
+expect "a data stream reset: migrate" "$mrc" 1
+expect "a data stream reset: receive" "$rrc" 1
+json_check "$tmp/reset.json" "$rolled_back" "a data stream reset: the source runs on"
+within "a data stream reset" 15
+
+# 5. The control stream truncated (FIN mid-message) once pre-copy runs.
+run trunc --bandwidth 30MB/s -- --conn 0 --fault truncate --after-seconds 1
+fired trunc truncate
+expect "control stream truncated: migrate" "$mrc" 1 3
+expect "control stream truncated: receive" "$rrc" 1 3
+json_check "$tmp/trunc.json" 'r["outcome"] in ("aborted", "in_doubt") and (r["outcome"] == "in_doubt" or "RUNNING" in r["resolution"])' \
+  "control stream truncated: rolled back (source RUNNING) or in doubt"
+within "control stream truncated" 15
+
+# 6. A duplicated segment on a data stream: the destination refuses the frame
+#    (never applies it silently) and the source runs on.
+run dup --bandwidth 100MB/s -- --conn 1 --fault duplicate --after-bytes $((1 << 20))
+fired dup duplicate
+expect "a duplicated segment: migrate" "$mrc" 1
+expect "a duplicated segment: receive" "$rrc" 1
+json_check "$tmp/dup.recv.json" 'r["outcome"] == "aborted"' "a duplicated segment: the destination discards"
+json_check "$tmp/dup.json" "$rolled_back"' and "destination aborted" in r["error"]' "a duplicated segment: the source runs on"
+
+# 7. Delay and jitter on every connection: slow, but it completes and verifies.
+run delay -- --conn all --fault delay --delay-ms 15 --jitter-ms 15 --seed 7
+fired delay delay
+expect "delay and jitter: migrate" "$mrc" 0
+expect "delay and jitter: receive" "$rrc" 0
+json_check "$tmp/delay.json" "$completed" "delay and jitter: completed and verified"
+
+# 8. Reordering across streams: data stream 1 runs 40 ms behind stream 0.
+run reorder -- --conn 1 --fault reorder --delay-ms 40
+fired reorder reorder
+expect "reordering across streams: migrate" "$mrc" 0
+expect "reordering across streams: receive" "$rrc" 0
+json_check "$tmp/reorder.json" "$completed" "reordering across streams: completed and verified"
+
+# 9. The bandwidth collapses mid-round (to 6 MB/s over both data streams): the
+#    rounds go on at the new rate; the migration completes (or, if the rule
+#    finds it will not converge, rolls back saying so); it is never cut off as
+#    dead while bytes move.
+run collapse -- --conn data --fault rate --rate 6000000 --after-bytes $((8 << 20))
+fired collapse rate
+expect "bandwidth collapse: migrate" "$mrc" 0 1
+json_check "$tmp/collapse.json" "$completed"' or ('"$rolled_back"' and "silent" not in r["error"] and "no progress" not in r["error"])' \
+  "bandwidth collapse: completed, or rolled back by the switchover rule, never taken for dead"
+
+exit $fail
