@@ -1,10 +1,15 @@
 #include "cli/crash_hook.h"
 
+#include <signal.h>
+
 #include <charconv>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -12,21 +17,60 @@
 
 namespace gpumigrate::cli {
 
-std::function<void(Phase, uint32_t)> WithCrashHook(std::function<void(Phase, uint32_t)> next) {
-  const char* env = std::getenv("GPUMIGRATE_TEST_CRASH_AT");
-  if (env == nullptr || *env == '\0') return next;
-  std::string spec(env), phase = spec;
+namespace {
+
+struct At {
+  std::string phase;
   std::optional<uint32_t> round;
+  bool Matches(Phase p, uint32_t r) const { return PhaseName(p) == phase && (!round || *round == r); }
+};
+
+At ParseAt(const std::string& spec) {
+  At at{spec, std::nullopt};
   if (size_t colon = spec.find(':'); colon != std::string::npos) {
-    phase = spec.substr(0, colon);
+    at.phase = spec.substr(0, colon);
     uint32_t n = 0;
     std::from_chars(spec.data() + colon + 1, spec.data() + spec.size(), n);
-    round = n;
+    at.round = n;
   }
-  return [next = std::move(next), phase, round](Phase p, uint32_t r) {
+  return at;
+}
+
+std::function<void(Phase, uint32_t)> WithSignalHook(std::function<void(Phase, uint32_t)> next) {
+  const char* env = std::getenv("GPUMIGRATE_TEST_SIGNAL_AT");
+  if (env == nullptr || *env == '\0') return next;
+  std::string spec(env);
+  const size_t atsign = spec.rfind('@');
+  int pid = 0;
+  if (atsign != std::string::npos) {
+    std::from_chars(spec.data() + atsign + 1, spec.data() + spec.size(), pid);
+  }
+  if (pid <= 0) {
+    Print(stderr, "GPUMIGRATE_TEST_SIGNAL_AT='{}' is not PHASE[:ROUND]@PID: ignored\n", spec);
+    return next;
+  }
+  auto fired = std::make_shared<bool>(false);
+  return [next = std::move(next), at = ParseAt(spec.substr(0, atsign)), pid, fired](Phase p, uint32_t r) {
     if (next) next(p, r);
-    if (PhaseName(p) == phase && (!round || *round == r)) {
-      Print(stderr, "GPUMIGRATE_TEST_CRASH_AT: killing this process at {} (round {})\n", phase, r);
+    if (*fired || !at.Matches(p, r)) return;
+    *fired = true;
+    Print(stderr, "GPUMIGRATE_TEST_SIGNAL_AT: SIGUSR1 to {} at {} (round {})\n", pid, at.phase, r);
+    ::kill(pid, SIGUSR1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the fault takes hold before we go on
+  };
+}
+
+}  // namespace
+
+std::function<void(Phase, uint32_t)> WithCrashHook(std::function<void(Phase, uint32_t)> next) {
+  next = WithSignalHook(std::move(next));
+  const char* env = std::getenv("GPUMIGRATE_TEST_CRASH_AT");
+  if (env == nullptr || *env == '\0') return next;
+  const At at = ParseAt(env);
+  return [next = std::move(next), at](Phase p, uint32_t r) {
+    if (next) next(p, r);
+    if (at.Matches(p, r)) {
+      Print(stderr, "GPUMIGRATE_TEST_CRASH_AT: killing this process at {} (round {})\n", at.phase, r);
       std::fflush(stderr);
       std::raise(SIGKILL);
     }

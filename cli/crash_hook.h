@@ -2,7 +2,10 @@
 // itself with SIGKILL the moment the session enters PHASE (a PhaseName such as
 // `round-end`, `prepared-sent`; with ROUND, only in that round). End-to-end tests
 // use it to have a real peer die at an exact point of the protocol, which no
-// timing from outside can hit. Unset (always, outside tests), it does nothing.
+// timing from outside can hit. `GPUMIGRATE_TEST_SIGNAL_AT=PHASE[:ROUND]@PID`
+// instead sends SIGUSR1 to PID once, at that phase, and waits 100 ms: the fault
+// proxy (tests/support/fault_proxy.py --trigger-signal) starts its fault then.
+// Unset (always, outside tests), they do nothing.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +15,7 @@
 
 namespace gpumigrate::cli {
 
-// Wraps `next` (may be empty) with the crash check when the variable is set.
+// Wraps `next` (may be empty) with the signal and crash checks when their variables are set.
 std::function<void(Phase, uint32_t)> WithCrashHook(std::function<void(Phase, uint32_t)> next);
 
 }  // namespace gpumigrate::cli

@@ -298,17 +298,8 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
 // Handshake, the device's LoadSetup hook, RESUMING, receivers, Ready.
 Status Destination::Start() {
   reader_ = std::make_unique<ControlReader>(streams_.control, &box_, nullptr);
-  Liveness::Options lo;
-  lo.interval = opt_.keepalive_interval;
-  lo.silence = opt_.peer_silence_timeout;
-  lo.progress = opt_.peer_timeout;
-  lo.peer = "the source";
-  live_ = std::make_unique<Liveness>(
-      writer_, box_, clock_, lo, [this] { return work_.load(std::memory_order_relaxed); },
-      [this] {
-        streams_.control->Close();
-        for (Stream* s : streams_.data) s->Close();
-      });
+  live_ = SessionLiveness(writer_, box_, clock_, streams_, LivenessOf(opt_, "the source"),
+                          [this] { return work_.load(std::memory_order_relaxed); });
   At({Step::kHandshake});
   EnterPhase(Phase::kHandshake, 0);
   GM_RETURN_IF_ERROR(Handshake());

@@ -120,4 +120,13 @@ void Liveness::Watch() {
   }
 }
 
+std::unique_ptr<Liveness> SessionLiveness(ControlWriter& writer, Mailbox& box, Clock& clock,
+                                          const SessionStreams& streams, Liveness::Options opt,
+                                          std::function<uint64_t()> work_done) {
+  return std::make_unique<Liveness>(writer, box, clock, std::move(opt), std::move(work_done), [streams] {
+    streams.control->Close();
+    for (Stream* s : streams.data) s->Close();
+  });
+}
+
 }  // namespace gpumigrate

@@ -25,6 +25,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -102,5 +103,19 @@ class Liveness {
   bool stop_ = false;
   std::thread watchdog_, keepalive_;
 };
+
+// The limits of SourceOptions or DestinationOptions; `peer` names the other side.
+template <typename SessionOptions>
+Liveness::Options LivenessOf(const SessionOptions& o, std::string peer) {
+  return {.interval = o.keepalive_interval, .silence = o.peer_silence_timeout, .progress = o.peer_timeout,
+          .peer = std::move(peer)};
+}
+
+// One side's liveness in a session: a dead peer closes every stream of it, which
+// ends every blocked read and write; the session thread then fails with the
+// watchdog's reason (the mailbox's first failure).
+std::unique_ptr<Liveness> SessionLiveness(ControlWriter& writer, Mailbox& box, Clock& clock,
+                                          const SessionStreams& streams, Liveness::Options opt,
+                                          std::function<uint64_t()> work_done);
 
 }  // namespace gpumigrate

@@ -520,19 +520,8 @@ Status Source::Start() {
     peer_aborted_ = true;
     for (Stream* s : streams_.data) s->Close();
   });
-  Liveness::Options lo;
-  lo.interval = opt_.keepalive_interval;
-  lo.silence = opt_.peer_silence_timeout;
-  lo.progress = opt_.peer_timeout;
-  lo.peer = "the destination";
-  // A dead peer ends every blocked write and read: the session thread then
-  // fails with the watchdog's reason (the mailbox's first failure).
-  live_ = std::make_unique<Liveness>(
-      writer_, box_, clock_, lo, [this] { return sender_->bytes_sent(); },
-      [this] {
-        streams_.control->Close();
-        for (Stream* s : streams_.data) s->Close();
-      });
+  live_ = SessionLiveness(writer_, box_, clock_, streams_, LivenessOf(opt_, "the destination"),
+                          [this] { return sender_->bytes_sent(); });
   at_ = {Step::kHandshake};
   EnterPhase(Phase::kHandshake, 0);
   GM_RETURN_IF_ERROR(Handshake());

@@ -68,7 +68,9 @@ run() {
   start_receiver "$name"
   start_proxy "$name" "$port" "$@"
   local t0=$SECONDS
-  timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$pport" --psk-file "$tmp/psk" --streams 2 \
+  local hook=()
+  [ -n "${SIGNAL_AT:-}" ] && hook=(env GPUMIGRATE_TEST_SIGNAL_AT="$SIGNAL_AT@$ppid")
+  "${hook[@]}" timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$pport" --psk-file "$tmp/psk" --streams 2 \
     --warmup 20ms --connect-timeout 3s --json "${live[@]}" "${margs[@]}" >"$tmp/$name.json" 2>"$tmp/$name.err"
   mrc=$?
   took=$((SECONDS - t0))
@@ -169,5 +171,38 @@ fired collapse rate
 expect "bandwidth collapse: migrate" "$mrc" 0 1
 json_check "$tmp/collapse.json" "$completed"' or ('"$rolled_back"' and "silent" not in r["error"] and "no progress" not in r["error"])' \
   "bandwidth collapse: completed, or rolled back by the switchover rule, never taken for dead"
+
+# 10. Each network fault at each phase of the protocol, made exact by the source's
+#     test hook (GPUMIGRATE_TEST_SIGNAL_AT sends the proxy SIGUSR1 at the phase).
+#     Before Prepare the source must roll back and the destination discard. From
+#     Prepare on, whatever got through decides: completed (both), rolled back, or
+#     in doubt; never a hang and never a split brain (a source that runs on while
+#     the destination runs too).
+phase_run() {  # NAME FAULT-ARGS... ; uses $phase
+  local name=$1; shift
+  # A 100 ms target: round 1 always happens (64 MiB at 100 MB/s leaves ~20 MiB dirty).
+  SIGNAL_AT=$phase run "$name" --bandwidth 100MB/s --downtime-target 100ms -- --trigger-signal "$@"
+  fired "$name" "$4"
+  expect "$name: migrate" "$mrc" 0 1 3
+  expect "$name: receive" "$rrc" 0 1 3
+  case $phase in
+    round-start:*|switchover)
+      expect "$name: before Prepare the source rolls back" "$mrc" 1
+      expect "$name: before Prepare the destination discards" "$rrc" 1
+      json_check "$tmp/$name.json" "$rolled_back" "$name: the source runs on" ;;
+  esac
+  if [ "$mrc" = 1 ] && [ "$rrc" = 0 ]; then echo "FAIL: $name: split brain: source rolled back, destination runs"; fail=1; fi
+  if [ "$mrc" = 0 ] && [ "$rrc" != 0 ]; then echo "FAIL: $name: the source completed, the destination did not ($rrc)"; fail=1; fi
+  [ "$mrc" = 3 ] && json_check "$tmp/$name.json" 'r["outcome"] == "in_doubt" and "both sides are stopped" in r["resolution"]' \
+    "$name: in doubt, both stopped"
+  within "$name" 30
+}
+for phase in round-start:0 round-start:1 switchover prepare-sent commit-sent; do
+  tag=${phase//[:-]/_}
+  phase_run "bh_$tag" --conn all --fault blackhole
+  phase_run "stall_$tag" --conn 1 --fault stall
+  phase_run "reset_$tag" --conn 1 --fault reset
+  phase_run "trunc_$tag" --conn 0 --fault truncate
+done
 
 exit $fail

@@ -5,7 +5,7 @@ Usage:
   fault_proxy.py LISTEN_PORT_FILE TARGET_PORT [--flip-after BYTES]
                  [--fault MODE] [--conn SPEC] [--after-bytes N] [--after-seconds S]
                  [--delay-ms MS] [--jitter-ms MS] [--seed N] [--rate BYTES_PER_SECOND]
-                 [--events FILE] [--seconds N]
+                 [--trigger-signal] [--events FILE] [--seconds N]
 
 Listens on 127.0.0.1 (any free port, written to LISTEN_PORT_FILE through a rename, so
 a reader never sees half a number) and forwards every accepted connection to
@@ -65,6 +65,10 @@ Options
   --after-seconds S     trigger S seconds after the proxy started. With --after-bytes
                         too, whichever comes first. Connections accepted after the
                         trigger get the fault at connect.
+  --trigger-signal      trigger when the proxy receives SIGUSR1 (within about 20 ms;
+                        with the other triggers, whichever comes first). The CLI's
+                        test hook GPUMIGRATE_TEST_SIGNAL_AT=PHASE[:ROUND]@PID sends it
+                        at an exact phase of the protocol.
   --delay-ms MS         hold time for delay and reorder (default 0).
   --jitter-ms MS        delay only: an extra uniform random 0..MS per chunk (default 0).
   --seed N              seed of the jitter's random generator (default 0).
@@ -279,7 +283,7 @@ class Proxy:
         self.targets = parse_conn(a.conn)
         self.mode = a.fault
         self.after_bytes = a.after_bytes
-        if self.mode and a.after_bytes is None and a.after_seconds is None:
+        if self.mode and a.after_bytes is None and a.after_seconds is None and not a.trigger_signal:
             self.after_bytes = 0
         self.counted = 0              # client-to-server bytes of targeted connections
         self.tripped = bool(self.mode) and self.after_bytes == 0
@@ -537,10 +541,17 @@ class Proxy:
         backstop = threading.Timer(a.seconds + 2, lambda: os._exit(0))
         backstop.daemon = True
         backstop.start()
-        lsock.settimeout(0.2)
+        self.signalled = False
+        if self.mode and a.trigger_signal:
+            # Only a flag: the accept loop below trips the fault (no lock in a handler).
+            signal.signal(signal.SIGUSR1, lambda *_: setattr(self, "signalled", True))
+        lsock.settimeout(0.02 if a.trigger_signal else 0.2)
         deadline = self.t0 + a.seconds
         index = 0
         while not self.stopping.is_set() and time.monotonic() < deadline:
+            if self.signalled:
+                self.signalled = False
+                self.time_trigger()
             try:
                 client, _ = lsock.accept()
             except (socket.timeout, InterruptedError):
@@ -582,6 +593,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rate", type=float)
     ap.add_argument("--events")
+    ap.add_argument("--trigger-signal", action="store_true")
     a = ap.parse_args()
 
     try:
@@ -594,6 +606,8 @@ def main():
                 ap.error(f"--{opt.replace('_', '-')} needs --fault")
         if a.delay_ms or a.jitter_ms:
             ap.error("--delay-ms and --jitter-ms need --fault delay or reorder")
+    if a.trigger_signal and not a.fault:
+        ap.error("--trigger-signal needs --fault")
     if a.after_bytes is not None and a.after_bytes < 0:
         ap.error("--after-bytes must be >= 0")
     if a.after_seconds is not None and a.after_seconds < 0:

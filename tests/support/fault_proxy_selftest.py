@@ -594,6 +594,27 @@ def test_after_seconds(path):
         srv.close()
 
 
+def test_trigger_signal(path):
+    """--trigger-signal: fine until SIGUSR1, blackholed from then on (and nothing before it)."""
+    srv = Server(echo=True)
+    p = Proxy(path, srv.port, "--fault", "blackhole", "--trigger-signal")
+    try:
+        c = p.connect()
+        check(echo_ok(c), "trigger-signal: the connection did not work before the signal")
+        time.sleep(0.3)
+        check(echo_ok(c), "trigger-signal: the fault started without a signal")
+        check(not p.events(), f"trigger-signal: a fault fired early: {p.events()}")
+        p.proc.send_signal(signal.SIGUSR1)
+        expect_events(p, [("blackhole", 0, None)], timeout=1.0)
+        c.sendall(b"x")
+        out = recv_outcome(c, 1)
+        check(out == "timeout", f"trigger-signal: after the signal the echo gave {out}, expected nothing")
+        c.close()
+    finally:
+        p.stop()
+        srv.close()
+
+
 def test_bounded(path):
     """The proxy exits (0) after --seconds and on SIGTERM, even with blocked connections."""
     srv = Server()
@@ -634,7 +655,7 @@ def test_bounded(path):
 
 
 TESTS = [test_flip, test_truncate, test_duplicate, test_reset, test_blackhole, test_stall, test_delay,
-         test_reorder, test_rate, test_rate_shared, test_conn_index, test_conn_data, test_shared_count, test_after_seconds,
+         test_reorder, test_rate, test_rate_shared, test_conn_index, test_conn_data, test_shared_count, test_after_seconds, test_trigger_signal,
          test_bounded]
 
 

@@ -86,6 +86,13 @@ struct Sim {
       return fs;
     };
   }
+  // Keepalives every 100 ms, a 60 s peer timeout on both sides, these silence timeouts.
+  void Limits(std::chrono::nanoseconds source_silence, std::chrono::nanoseconds destination_silence) {
+    for (auto* o : {&opt.source.peer_timeout, &opt.destination.peer_timeout}) *o = 60s;
+    for (auto* o : {&opt.source.keepalive_interval, &opt.destination.keepalive_interval}) *o = 100ms;
+    opt.source.peer_silence_timeout = source_silence;
+    opt.destination.peer_silence_timeout = destination_silence;
+  }
 };
 
 // The source stops hearing the destination (its packets vanish) but nothing is
@@ -94,11 +101,7 @@ TEST(LivenessFaults, ASilentDestinationIsDetectedWithinTheSilenceTimeout) {
   for (Phase at : {Phase::kRoundStart, Phase::kSwitchover}) {
     SCOPED_TRACE(std::string(PhaseName(at)));
     Sim s;
-    s.opt.source.peer_timeout = 60s;
-    s.opt.destination.peer_timeout = 60s;
-    s.opt.source.peer_silence_timeout = 1s;
-    s.opt.source.keepalive_interval = 100ms;
-    s.opt.destination.keepalive_interval = 100ms;
+    s.Limits(1s, 10s);
     bool fired = false;
     s.opt.source.on_phase = [&](Phase p, uint32_t) {
       if (p == at && !fired) {
@@ -129,12 +132,7 @@ TEST(LivenessFaults, ASilentDestinationIsDetectedWithinTheSilenceTimeout) {
 // stopped, found by silence rather than by the peer timeout.
 TEST(LivenessFaults, ASourceSilentAfterPreparedLeavesBothInDoubtWithinTheSilenceTimeout) {
   Sim s;
-  s.opt.source.peer_timeout = 60s;
-  s.opt.destination.peer_timeout = 60s;
-  s.opt.source.peer_silence_timeout = 1s;
-  s.opt.destination.peer_silence_timeout = 1s;
-  s.opt.source.keepalive_interval = 100ms;
-  s.opt.destination.keepalive_interval = 100ms;
+  s.Limits(1s, 1s);
   s.opt.source.on_phase = [&](Phase p, uint32_t) {
     if (p == Phase::kPreparedReceived) {
       s.control->Blackhole();

@@ -184,8 +184,12 @@ TEST(Liveness, KeepalivesCarryTheProgressAndTheStepOnlyOnceThePeerSpeaksThem) {
   // The next one only after the interval (fake time), with the new progress.
   s.work = 5000;
   s.live->Doing("final round");
-  s.clock.Advance(1s);
-  auto second = wire::RecvEnvelope(*s.pipe.second);
+  // Move the fake clock until the next one comes (the keepalive thread reads the
+  // clock after its send, so one step may not be enough).
+  auto next = std::async(std::launch::async, [&] { return wire::RecvEnvelope(*s.pipe.second); });
+  for (int i = 0; i < 250 && next.wait_for(20ms) != std::future_status::ready; ++i) s.clock.Advance(1s);
+  if (next.wait_for(0s) != std::future_status::ready) s.pipe.second->Close();  // ends the read: no hang
+  auto second = next.get();
   ASSERT_TRUE(second.ok()) << second.status().ToString();
   ASSERT_TRUE(second->has_keepalive());
   EXPECT_EQ(second->keepalive().progress(), 5002u);
