@@ -146,8 +146,12 @@ TEST(LivenessFaults, ASourceSilentAfterPreparedLeavesBothInDoubtWithinTheSilence
       << res.destination.total_ms << " ms: " << res.destination.status.ToString();
   EXPECT_EQ(res.source.outcome, Outcome::kInDoubt) << res.source.status.ToString();
   EXPECT_EQ(res.destination.outcome, Outcome::kInDoubt) << res.destination.status.ToString();
-  EXPECT_NE(res.destination.status.message().find("the source has been silent"), std::string::npos)
-      << res.destination.status.message();
+  // The destination's watchdog, or the source closing its streams once it is in
+  // doubt itself, whichever comes first (TSan's timing shows the second).
+  const std::string& why = res.destination.status.message();
+  EXPECT_TRUE(why.find("the source has been silent") != std::string::npos ||
+              why.find("the source closed the connection") != std::string::npos)
+      << why;
   EXPECT_EQ(s.src->State(), DeviceState::kStop);
   EXPECT_EQ(s.dst->State(), DeviceState::kStop);
 }
