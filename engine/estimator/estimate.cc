@@ -53,7 +53,10 @@ void CalibratedCodecs(const EstimateOptions& o, EstimateReport& r) {
   for (auto& rp : r.modelled.regions) {
     CodecKind k = ChooseRegionCodec(o.codec, rp.codecs, o.link_bytes_per_s);
     rp.codec = std::string(CodecKindName(k));
-    rp.compression_ratio = k == CodecKind::kNone ? 1.0 : EffectiveRatio(rp.codecs, k, r.params.bandwidth_mid);
+    // A region with no sampled non-zero page has no ratio (0): it has nothing to
+    // compress, and dividing its bytes by 0 made every prediction NaN.
+    const double e = k == CodecKind::kNone ? 1.0 : EffectiveRatio(rp.codecs, k, r.params.bandwidth_mid);
+    rp.compression_ratio = e > 0 ? e : 1.0;
   }
   r.assumptions.push_back(
       o.codec.mode == CodecChoice::Mode::kNone

@@ -1,5 +1,6 @@
 // Projection to a target host and to a larger GPU VM (gpumigrate/projection.h),
 // on hand-computed cases.
+#include <cmath>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -215,6 +216,30 @@ TEST(EstimateFromProfile, TargetSetsTheBandwidthNotThisHost) {
   auto one = EstimateFromProfile(OneGpu(), ProjectedOptions(1, link), Cal());
   ASSERT_TRUE(one.ok());
   EXPECT_LT(one->prediction.mid.stun_ms, e->prediction.mid.stun_ms);
+}
+
+// `estimate --codec zstd` without --link on a device with an all-zero region (the
+// sim's free memory): that region has no measured codec speed, so its effective ratio
+// (min(ratio, speed / bandwidth)) is 0, and dividing by it made
+// every round, the stun and the total NaN (printed as null, decision
+// cannot-converge). A region with nothing sampled sends at ratio 1.
+TEST(EstimateFromProfile, ACompressingCodecOnAnUnsampledRegionStaysFinite) {
+  DeviceProfile p = OneGpu();
+  p.regions[0].codecs.zstd_ratio = 2.0;
+  p.regions[0].codecs.zstd_bytes_per_s = 4 * kG;
+  RegionProfile free;
+  free.info = RegionInfo{2, "free", 100'000'000, 65536, RegionHint::kDynamic};
+  free.nonzero_fraction = 0;  // nothing sampled: no measured codec speed, an effective ratio of 0
+  p.regions.push_back(free);
+  EstimateOptions o;
+  o.codec.mode = CodecChoice::Mode::kZstd;
+  auto e = EstimateFromProfile(p, o, Cal());
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  EXPECT_DOUBLE_EQ(e->modelled.regions[2].compression_ratio, 1.0);
+  EXPECT_DOUBLE_EQ(e->modelled.regions[0].compression_ratio, 2.0);
+  EXPECT_TRUE(std::isfinite(e->prediction.mid.stun_ms));
+  EXPECT_TRUE(std::isfinite(e->prediction.mid.total_ms));
+  EXPECT_EQ(e->prediction.decision, EstimateDecision::kLiveMigrate) << e->prediction.explanation;
 }
 
 TEST(ProjectTable, OneCellPerGpuCountAndLinkWithStopAndCopyBeside) {
