@@ -1,5 +1,6 @@
 #include "cli/estimate_command.h"
 
+#include "cli/path_calibration.h"
 #include "cli/print.h"
 #include "cli/projection_print.h"
 #include "cli/qemu_estimate.h"
@@ -61,7 +62,8 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
                 "this host's, scaled to --cores");
   c->add_option("--cores", f.cores, "Cores per side available to the migration on the target (default: the profile's)")
       ->check(CLI::Range(1, 4096));
-  c->add_option("--streams", f.streams, "Data streams of the projected migration (default: the migration's)")
+  c->add_option("--streams", f.streams,
+                "Data streams of the migration (of the projected one with --project; default: the migration's)")
       ->check(CLI::Range(1, 64));
   c->add_option("--nic", f.nic, "The target's NIC rate, when below the link");
   c->add_option("--per-stream", f.per_stream, "The most one data stream carries on the target, e.g. 25Gbit");
@@ -76,6 +78,12 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
   c->add_option("--codec", f.codec,
                 "The codec the migration will use: none, zstd[:LEVEL], shuffle[:LEVEL], bf16 or auto; the sampled "
                 "ratios of every codec are shown either way")
+      ->capture_default_str();
+  c->add_option("--transport", f.transport,
+                "The path the migration will take, measured once per configuration between two processes of this "
+                "host and stored (tls: PSK TLS 1.3 with AES-GCM data; insecure: --insecure-no-tls; in-process: the "
+                "in-process pipeline, no socket); with --streams, --codec and --link")
+      ->check(CLI::IsMember({"tls", "insecure", "in-process"}))
       ->capture_default_str();
   c->add_option("--warmup", f.warmup, "Let the workload run this long before observing")->capture_default_str();
   c->add_flag("--recalibrate", f.recalibrate, "Measure the fixed switchover cost and in-process bandwidth again");
@@ -178,8 +186,8 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
     return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
   }
   if (!f.plot.empty() && !f.project_table) return InvalidArgument("--plot draws the --project-table");
-  if (o.project || !f.target.empty() || f.cores || f.streams || !f.nic.empty() || !f.per_stream.empty() ||
-      f.shared_host || f.source_threads != 1) {
+  if (o.project || !f.target.empty() || f.cores || !f.nic.empty() || !f.per_stream.empty() || f.shared_host ||
+      f.source_threads != 1) {
     GM_RETURN_IF_ERROR(SetTarget(f, o));
   }
   return o;
@@ -194,6 +202,27 @@ Result<EstimateOptions> ProbeEstimateOptions(const SourceFlags& src, const std::
   ef.link = src.bandwidth;
   ef.codec = src.codec;
   return MakeEstimateOptions(ef);
+}
+
+PathConfig PathConfigFor(const std::string& transport, uint32_t streams, const CodecChoice& codec,
+                         double cap_bytes_per_s) {
+  PathConfig c;
+  c.transport = transport;
+  c.streams = streams ? streams : DefaultStreams();
+  c.codec = codec.ToString();
+  c.cap_bytes_per_s = cap_bytes_per_s;
+  return c;
+}
+
+Status AttachPathCalibration(const std::string& transport, uint32_t streams, EstimateOptions& o) {
+  if (transport == "in-process" || o.target) return Status::Ok();
+  bool now = false;
+  GM_ASSIGN_OR_RETURN(PathCalibration c,
+                      LoadOrMeasurePath(PathConfigFor(transport, streams, o.codec, o.link_bytes_per_s), o.recalibrate,
+                                        stderr, &now));
+  o.path = std::move(c);
+  o.path_measured_now = now;
+  return Status::Ok();
 }
 
 namespace {
@@ -240,9 +269,16 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
             l.name == r.pipeline->binds ? "  <- binds" : "");
     }
   }
-  Print(out, "  fixed switchover cost: {:.2f} ms{}\n",
-             std::chrono::duration<double, std::milli>(r.params.fixed_cost).count(),
-             r.calibrated_now ? " (calibrated just now)" : "");
+  if (r.path) {
+    Print(out, "  switchover: {:.1f} ms fixed + the final round at {}; later rounds cost {:.1f} ms each beyond their "
+               "bytes{}\n",
+          r.path->fixed_ms, FormatRate(r.path->final_bytes_per_s), r.path->round_overhead_ms,
+          r.path_measured_now ? " (path calibrated just now)" : "");
+  } else {
+    Print(out, "  fixed switchover cost: {:.2f} ms{}\n",
+          std::chrono::duration<double, std::milli>(r.params.fixed_cost).count(),
+          r.calibrated_now ? " (calibrated just now)" : "");
+  }
   Print(out, "  {:<12} {:>10} {:>9}   dirty working set W(t), median\n", "region", "size", "non-zero");
   for (const auto& rp : r.modelled.regions) {
     std::string w;
@@ -271,6 +307,10 @@ void PrintEstimate(FILE* out, const EstimateReport& r) {
   if (r.params.beside.bytes > 0) PrintBeside(out, r);
   Print(out, "  stun:       {}{}\n", Range(p.stun_low_ms, p.mid.stun_ms, p.stun_high_ms, "ms"),
         r.params.beside.bytes > 0 ? " guest-visible" : "");
+  if (p.alternative) {
+    Print(out, "              near the target: the engine may run {} rounds instead (stun {:.1f} ms), in the range\n",
+          p.alternative->rounds.size(), p.alternative->stun_ms);
+  }
   Print(out, "  total:      {}\n", Range(p.total_low_ms / 1e3, p.mid.total_ms / 1e3, p.total_high_ms / 1e3, "s"));
   Print(out, "  assumptions:\n");
   for (const auto& a : r.assumptions) Print(out, "    - {}\n", a);
@@ -325,6 +365,12 @@ int RunEstimate(const EstimateFlags& f) {
   if (!dev.ok()) {
     Print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
     return 2;
+  }
+  if (!f.project_table) {
+    if (Status s = AttachPathCalibration(f.transport, f.streams, *opts); !s.ok()) {
+      Print(stderr, "gpumigrate estimate: {}\n", s.message());
+      return 1;
+    }
   }
   Print(stderr, "observing {} for {} (after {} warm-up)...\n", dev->device->Describe(), f.sample, f.warmup);
   std::this_thread::sleep_for(*warmup);

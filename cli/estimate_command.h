@@ -38,6 +38,7 @@ struct EstimateFlags {
   bool shared_host = false;         // source and destination share the target's cores (loopback)
   std::string warmup = "500ms";
   std::string codec = "none";
+  std::string transport = "tls";    // the path to calibrate: tls, insecure, in-process
   bool recalibrate = false;
   bool json = false;
   std::string qemu;                 // --qemu SRC.qmp: the VM whose device memory --device shm:PATH is
@@ -58,6 +59,12 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f);
 // The estimate a probe (`--dry-run`) runs first: the migration's own options,
 // observed for `sample`.
 Result<EstimateOptions> ProbeEstimateOptions(const SourceFlags& src, const std::string& sample);
+// The path a migration with these flags takes (its transport, streams, codec and cap).
+PathConfig PathConfigFor(const std::string& transport, uint32_t streams, const CodecChoice& codec,
+                         double cap_bytes_per_s);
+// Sets o.path from the stored path calibration, measuring it first when there is
+// none (or o.recalibrate); a projection to a target keeps its own rates.
+Status AttachPathCalibration(const std::string& transport, uint32_t streams, EstimateOptions& o);
 void PrintEstimate(FILE* out, const EstimateReport& r);
 
 }  // namespace gpumigrate::cli

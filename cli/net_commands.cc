@@ -13,6 +13,7 @@
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
+#include "gpumigrate/path_calibration.h"
 #include "gpumigrate/open_device.h"
 #include "gpumigrate/proc.h"
 #include "gpumigrate/sim.h"
@@ -198,7 +199,16 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   Apply(*live, o);
   o.cancel = &cancel;
   o.dry_run = f.dry_run;
-  o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
+  // The switchover rule's fixed cost: this path's, as `estimate` measured it
+  // between two processes, else the in-process calibration's.
+  const std::string transport = tls->has_value() ? "tls" : "insecure";
+  const PathConfig path = PathConfigFor(transport, f.src.streams, o.codec, o.bandwidth_limit_bytes_per_s);
+  auto stored_path = LoadPathCalibration(path);
+  if (stored_path.ok() && stored_path->has_value()) {
+    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>((*stored_path)->fixed_ms * 1e6));
+  } else {
+    o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
+  }
   if (Status q = CheckQemuUse(f.qemu, f.device, true); !q.ok()) return Usage("migrate", q);
   if (f.dry_run && !f.qemu.qmp.empty()) {
     return Usage("migrate", InvalidArgument("--dry-run with --qemu would start QEMU's own migration, which pauses "
@@ -221,6 +231,10 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   if (f.dry_run) {
     auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return Usage("migrate", eo.status());
+    if (Status s = AttachPathCalibration(transport, f.src.streams, *eo); !s.ok()) {
+      Print(stderr, "gpumigrate migrate: {}\n", s.message());
+      return 1;
+    }
     auto er = EstimateForProbe(*src, *eo, o, SystemClock());
     if (!er.ok()) {
       Print(stderr, "gpumigrate migrate: {}\n", er.status().message());

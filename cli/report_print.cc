@@ -85,6 +85,12 @@ void PrintProbe(FILE* out, const std::string& title, const MigrationReport& r, c
   }
   Print(out, "  stun, estimated before anything moved:   {:.1f} ms (range {:.1f} to {:.1f}), {}\n", p.mid.stun_ms,
              p.stun_low_ms, p.stun_high_ms, EstimateDecisionName(p.decision));
+  if (auto again = RepredictWithProbe(e, r)) {
+    const Prediction& q = again->prediction;
+    Print(out, "  stun, estimated again at the probe's round-0 rate ({}): {:.1f} ms (range {:.1f} to {:.1f}), {}\n",
+          FormatRate(again->round0_bytes_per_s), q.mid.stun_ms, q.stun_low_ms, q.stun_high_ms,
+          EstimateDecisionName(q.decision));
+  }
   Print(out, "  stun, predicted from the probe's rounds: {:.1f} ms ({})\n", r.predicted_stun_ms,
              r.switchover_reason);
   Print(out, "  pre-copy: predicted {:.2f} s, measured {:.2f} s\n", (p.mid.total_ms - p.mid.stun_ms) / 1e3,

@@ -15,6 +15,71 @@ namespace gpumigrate {
 
 namespace {
 
+double SampledRatio(const CodecSample& s, CodecKind k) {
+  const CodecInfo& c = CodecOf(k);
+  return c.compresses() ? s.*c.sampled_ratio : 1.0;
+}
+
+// Rates and costs from the path calibration (path_calibration.h): the round rate
+// measured across two processes with this transport, streams, codec and cap. The
+// codec's CPU cost is in that rate, so regions get their sampled ratios; when
+// uncapped the pipeline is CPU-bound and its raw rate holds, so the wire rate
+// scales with the calibration device's ratio over this device's.
+void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateReport& r) {
+  double raw = 0, wire = 0;
+  for (auto& rp : r.modelled.regions) {
+    CodecKind k = ChooseRegionCodec(o.codec, rp.codecs, o.link_bytes_per_s);
+    rp.codec = std::string(CodecKindName(k));
+    rp.compression_ratio = std::max(1.0, SampledRatio(rp.codecs, k));
+    const double bytes = static_cast<double>(rp.info.size_bytes) * rp.nonzero_fraction;
+    raw += bytes;
+    wire += bytes / rp.compression_ratio;
+  }
+  const double ratio = wire > 0 ? raw / wire : 1.0;
+  const double scale = c.config.cap_bytes_per_s <= 0 && (c.wire_ratio > 1.001 || ratio > 1.001) ? c.wire_ratio / ratio
+                                                                                                 : 1.0;
+  ModelParams& p = r.params;
+  p.bandwidth_mid = c.bytes_per_s * scale;
+  p.bandwidth_low = c.low_bytes_per_s * scale;
+  p.bandwidth_high = c.high_bytes_per_s * scale;
+  p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(c.fixed_ms * 1e6));
+  p.path.round_overhead_s = c.round_overhead_ms / 1e3;
+  p.path.fixed_ms[0] = c.fixed_low_ms;
+  p.path.fixed_ms[1] = c.fixed_ms;
+  p.path.fixed_ms[2] = c.fixed_high_ms;
+  p.path.final_bytes_per_s[0] = c.final_high_bytes_per_s;
+  p.path.final_bytes_per_s[1] = c.final_bytes_per_s;
+  p.path.final_bytes_per_s[2] = c.final_low_bytes_per_s;
+  r.pipeline_bytes_per_s = p.bandwidth_mid;
+  r.link = o.link_text.empty() ? fmt::format("{:.0f}B/s", p.bandwidth_mid) : o.link_text;
+  r.link_source = fmt::format("path {}, measured between two processes: {} (runs ranged {} to {}){}", c.config.Key(),
+                              FormatRate(p.bandwidth_mid), FormatRate(p.bandwidth_low), FormatRate(p.bandwidth_high),
+                              o.link_bytes_per_s > 0 ? fmt::format(", capped as --link {} ({})", o.link_text,
+                                                                   FormatRate(o.link_bytes_per_s))
+                                                     : std::string());
+  r.assumptions.push_back(fmt::format(
+      "the path {} as measured {} ({} migrations between two processes of this host): round 0 at {}; each later "
+      "round costs {:.1f} ms beyond its bytes at that rate",
+      c.config.Key(), c.measured_at, c.runs, FormatRate(c.bytes_per_s), c.round_overhead_ms));
+  r.assumptions.push_back(fmt::format(
+      "the stun is {:.1f} ms (range {:.1f} to {:.1f}) fixed plus the final round's bytes at {} (range {} to {}): a "
+      "final round of megabytes does not reach round 0's rate; the engine's switchover rule assumes {:.1f} ms fixed, "
+      "as `migrate` loads it for this path",
+      c.fixed_ms, c.fixed_low_ms, c.fixed_high_ms, FormatRate(c.final_bytes_per_s), FormatRate(c.final_low_bytes_per_s),
+      FormatRate(c.final_high_bytes_per_s), c.fixed_ms));
+  if (scale != 1.0) {
+    r.assumptions.push_back(fmt::format(
+        "uncapped, the codec's CPU binds: the raw rate holds, so the wire rate is scaled by the calibration data's "
+        "ratio over this device's ({:.2f} / {:.2f})",
+        c.wire_ratio, ratio));
+  }
+  r.assumptions.push_back(
+      o.codec.mode == CodecChoice::Mode::kNone
+          ? std::string("no compression (--codec none); the sampled ratios are shown for comparison")
+          : fmt::format("codec {}: each region's sampled ratio; its CPU cost is in the path's measured rate",
+                        o.codec.ToString()));
+}
+
 // Bandwidth from this host's calibrated in-process pipeline, capped by --link.
 void CalibratedBandwidth(const EstimateOptions& o, const Calibration& cal, EstimateReport& r) {
   ModelParams& p = r.params;
@@ -66,10 +131,6 @@ void CalibratedCodecs(const EstimateOptions& o, EstimateReport& r) {
                         o.codec.ToString()));
 }
 
-double SampledRatio(const CodecSample& s, CodecKind k) {
-  const CodecInfo& c = CodecOf(k);
-  return c.compresses() ? s.*c.sampled_ratio : 1.0;
-}
 
 // Bandwidth and codecs from the target's pipeline: per-core stage rates times
 // the cores the streams can use, the link, the NIC. The codec's CPU cost is in
@@ -168,23 +229,38 @@ Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const 
   p.downtime_target = o.downtime_target;
   p.max_stun = o.max_stun;
   p.max_rounds = o.max_rounds;
+  const bool path = o.path && !o.target;
   if (o.target) {
     GM_RETURN_IF_ERROR(TargetBandwidth(o, r));
+  } else if (path) {
+    r.path = o.path;
+    r.path_measured_now = o.path_measured_now;
+    PathBandwidth(o, *o.path, r);
   } else {
     CalibratedBandwidth(o, cal, r);
   }
-  r.assumptions.push_back(fmt::format("fixed switchover cost {:.2f} ms, calibrated {} ({})", cal.fixed_cost_ms,
-                                      cal.measured_at, cal.path));
+  if (!path) {
+    r.assumptions.push_back(fmt::format("fixed switchover cost {:.2f} ms, calibrated {} ({})", cal.fixed_cost_ms,
+                                        cal.measured_at, cal.path));
+  }
   r.assumptions.push_back(fmt::format(
       "the workload keeps behaving as in the {:.2f} s observed; windows longer than that extend the last measured "
       "growth rate",
       r.measured.sample_s));
-  if (!o.target) CalibratedCodecs(o, r);
+  if (!o.target && !path) CalibratedCodecs(o, r);
   if (o.beside.bytes > 0) {
     p.beside = o.beside;
     BesideAssumptions(p, r.assumptions);
   }
   r.prediction = Predict(r.modelled, p);
+  if (r.prediction.marginal) {
+    r.assumptions.push_back(fmt::format(
+        "a switchover decision lies within 20% of the {:.0f} ms target: timing noise may make the engine run one "
+        "round {} than the likely outcome; the ranges include that outcome ({:.1f} ms stun)",
+        std::chrono::duration<double, std::milli>(p.downtime_target).count(),
+        r.prediction.alternative->rounds.size() > r.prediction.mid.rounds.size() ? "more" : "fewer",
+        r.prediction.alternative->stun_ms));
+  }
   return r;
 }
 
@@ -297,6 +373,19 @@ std::string EstimateToJson(const EstimateReport& r) {
   j["assumptions"] = r.assumptions;
   j["calibration"] = {{"path", r.calibration_path}, {"measured_at", r.calibration_time},
                       {"measured_now", r.calibrated_now}};
+  j["marginal"] = p.marginal;
+  if (p.alternative) j["alternative"] = RunJson(*p.alternative, false);
+  if (r.path) {
+    const PathCalibration& c = *r.path;
+    j["path_calibration"] = {{"key", c.config.Key()},
+                             {"file", DefaultPathCalibrationFile()},
+                             {"measured_at", c.measured_at},
+                             {"measured_now", r.path_measured_now},
+                             {"round_bytes_per_s", c.bytes_per_s},
+                             {"round_overhead_ms", c.round_overhead_ms},
+                             {"fixed_ms", c.fixed_ms},
+                             {"final_bytes_per_s", c.final_bytes_per_s}};
+  }
   return j.dump();
 }
 
@@ -307,9 +396,33 @@ Result<EstimateReport> EstimateForProbe(Device& device, const EstimateOptions& o
   return r;
 }
 
+std::optional<ProbeRates> RepredictWithProbe(const EstimateReport& e, const MigrationReport& r) {
+  if (r.rounds.empty() || r.rounds.front().ms <= 0 || r.rounds.front().bytes == 0 || e.params.bandwidth_mid <= 0) {
+    return std::nullopt;
+  }
+  ProbeRates out;
+  out.round0_bytes_per_s = static_cast<double>(r.rounds.front().bytes) / (r.rounds.front().ms / 1e3);
+  ModelParams p = e.params;
+  const double f = out.round0_bytes_per_s / p.bandwidth_mid;
+  p.bandwidth_low *= f;
+  p.bandwidth_mid *= f;
+  p.bandwidth_high *= f;
+  out.prediction = Predict(e.modelled, p);
+  return out;
+}
+
 std::string ProbeReportToJson(const MigrationReport& r, const EstimateReport& e) {
   auto j = nlohmann::ordered_json::parse(ReportToJson(r));
   j["estimate"] = nlohmann::ordered_json::parse(EstimateToJson(e));
+  if (auto again = RepredictWithProbe(e, r)) {
+    const Prediction& p = again->prediction;
+    j["estimate_at_probe_rate"] = {{"round0_bytes_per_s", again->round0_bytes_per_s},
+                                   {"predicted_stun_ms", p.mid.stun_ms},
+                                   {"predicted_stun_range_ms", {p.stun_low_ms, p.stun_high_ms}},
+                                   {"predicted_total_ms", p.mid.total_ms},
+                                   {"decision", EstimateDecisionName(p.decision)},
+                                   {"predicted_rounds", RunJson(p.mid, false)["rounds"]}};
+  }
   return j.dump();
 }
 

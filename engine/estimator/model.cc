@@ -42,7 +42,12 @@ double Round0WireBytes(const DeviceProfile& p) {
   return round0;
 }
 
-ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw);
+struct Forced {
+  int skip_switches = 0;
+  int switch_at = -1;
+};
+ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw,
+                       int which, Forced force);
 
 // BesideMemory's timeline (estimator.h): the device's rounds and the mover's
 // first pass share the link; whoever says go first decides how the stun goes.
@@ -162,42 +167,59 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
 
 }  // namespace
 
-ModelRun RunModel(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
+ModelRun RunModel(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw,
+                  int which) {
   if (params.beside.bytes > 0 && bw > 0) return RunWithBeside(p, params, w, bw);
-  return RunDeviceOnly(p, params, w, bw);
+  return RunDeviceOnly(p, params, w, bw, which, {});
 }
 
 namespace {
 
-ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
+// `force.skip_switches`: decisions to switch the run ignores (the engine ran a
+// round more); `force.switch_at`: the decision (0-based) at which it switches
+// even though the rule said continue (the engine ran a round fewer).
+ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw,
+                       int which, Forced force) {
   ModelRun run;
-  double round0 = 0;
-  for (const auto& r : p.regions) {
-    round0 += static_cast<double>(r.info.size_bytes) * r.nonzero_fraction / r.compression_ratio;
-  }
+  which = std::clamp(which, 0, 2);
+  const double round0 = Round0WireBytes(p);
   double t = bw > 0 ? round0 / bw : INFINITY;
   run.rounds.push_back({0, round0, t});
   double elapsed = t;
   PolicyInput in;
   in.device_state_bytes = p.device_state_bytes;
-  in.bandwidth_bytes_per_s = bw;
   in.limits = params.Limits();
+  const PathTiming& path = params.path;
   // The engine's own loop, with predicted dirty sets in place of measured ones.
   for (uint32_t round = 0;; ++round) {
     double dirty = std::isfinite(t) ? DirtyWireBytes(p, t, w) : INFINITY;
     in.dirty_bytes_history.push_back(std::isfinite(dirty) ? static_cast<uint64_t>(dirty) : UINT64_MAX / 4);
     in.rounds_done = round + 1;
+    // The engine's rate: its recent rounds, each with its overhead.
+    in.bandwidth_bytes_per_s = std::isfinite(t) ? EngineBandwidth(run.rounds) : bw;
     PolicyResult d = DecideSwitchover(in);
+    run.decision_stun_ms.push_back(d.predicted_stun_ms);
+    if (d.decision == Decision::kSwitchover && force.skip_switches > 0) {
+      --force.skip_switches;
+      d.decision = Decision::kContinue;
+    } else if (d.decision == Decision::kContinue && static_cast<int>(round) == force.switch_at) {
+      d.decision = Decision::kSwitchover;
+      d.stop = StopReason::kConverged;
+      d.reason = fmt::format("predicted stun {:.1f} ms, just over the target: timing noise lets the engine switch",
+                             d.predicted_stun_ms);
+    }
     if (d.decision != Decision::kContinue || round + 1 >= 10000) {
       run.switches = d.decision == Decision::kSwitchover;
       run.stop_reason = d.stop;
       run.policy_reason = d.reason;
       run.final_bytes = dirty + static_cast<double>(p.device_state_bytes);
-      run.stun_ms = d.predicted_stun_ms;
+      run.stun_ms = path.calibrated()
+                        ? path.fixed_ms[which] + run.final_bytes / path.final_bytes_per_s[which] * 1e3
+                        : d.predicted_stun_ms;
       run.total_ms = elapsed * 1e3 + run.stun_ms;
       return run;
     }
-    t = dirty / bw;
+    t = dirty / bw + path.round_overhead_s;
     run.rounds.push_back({round + 1, dirty, t});
     elapsed += t;
   }
@@ -208,13 +230,34 @@ ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, Workin
 Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
   using B = WorkingSetCurve::Bound;
   Prediction pr;
-  pr.mid = RunModel(p, params, B::kMid, params.bandwidth_mid);
-  pr.low = RunModel(p, params, B::kLow, params.bandwidth_high);
-  pr.high = RunModel(p, params, B::kHigh, params.bandwidth_low);
+  pr.mid = RunModel(p, params, B::kMid, params.bandwidth_mid, 1);
+  pr.low = RunModel(p, params, B::kLow, params.bandwidth_high, 0);
+  pr.high = RunModel(p, params, B::kHigh, params.bandwidth_low, 2);
   pr.stun_low_ms = std::min({pr.low.stun_ms, pr.mid.stun_ms, pr.high.stun_ms});
   pr.stun_high_ms = std::max({pr.low.stun_ms, pr.mid.stun_ms, pr.high.stun_ms});
   pr.total_low_ms = std::min({pr.low.total_ms, pr.mid.total_ms, pr.high.total_ms});
   pr.total_high_ms = std::max({pr.low.total_ms, pr.mid.total_ms, pr.high.total_ms});
+  // Near the target, the engine's decision turns on timing noise: model the
+  // other outcome and let the ranges hold it.
+  const double target_ms = std::chrono::duration<double, std::milli>(params.downtime_target).count();
+  const auto& ds = pr.mid.decision_stun_ms;
+  if (params.beside.bytes <= 0 && pr.mid.switches && pr.mid.stop_reason == StopReason::kConverged && !ds.empty()) {
+    std::optional<ModelRun> alt;
+    const size_t n = ds.size();
+    if (ds[n - 1] >= 0.8 * target_ms) {
+      alt = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, Forced{1, -1});  // a round more
+    } else if (n >= 2 && ds[n - 2] <= 1.2 * target_ms) {
+      alt = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, Forced{0, static_cast<int>(n - 2)});
+    }
+    if (alt) {
+      pr.marginal = true;
+      pr.stun_low_ms = std::min(pr.stun_low_ms, alt->stun_ms);
+      pr.stun_high_ms = std::max(pr.stun_high_ms, alt->stun_ms);
+      pr.total_low_ms = std::min(pr.total_low_ms, alt->total_ms);
+      pr.total_high_ms = std::max(pr.total_high_ms, alt->total_ms);
+      pr.alternative = std::move(alt);
+    }
+  }
   const double max_ms = std::chrono::duration<double, std::milli>(params.max_stun).count();
   if (pr.mid.switches && pr.mid.stun_ms <= max_ms) {
     pr.decision = EstimateDecision::kLiveMigrate;

@@ -26,6 +26,7 @@
 #include "gpumigrate/calibration.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
+#include "gpumigrate/path_calibration.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/projection.h"
 #include "gpumigrate/session.h"
@@ -107,9 +108,22 @@ struct BesideMemory {
   double link_share = 0.5;          // the mover's share of the link while the device sends too
 };
 
+// The costs a path calibration measured (path_calibration.h), in the model's
+// three runs: [0] optimistic, [1] mid, [2] pessimistic. Unset (final rate 0): the
+// stun is the engine's own prediction, final bytes / bandwidth + fixed_cost.
+struct PathTiming {
+  double round_overhead_s = 0;         // added to every round after round 0
+  double fixed_ms[3] = {0, 0, 0};
+  double final_bytes_per_s[3] = {0, 0, 0};
+  bool calibrated() const { return final_bytes_per_s[1] > 0; }
+};
+
 struct ModelParams {
   double bandwidth_low = 0, bandwidth_mid = 0, bandwidth_high = 0;  // bytes/s
+  // What the engine's switchover rule assumes (the migration's --fixed cost as
+  // `migrate` loads it); with a PathTiming the predicted stun uses its figures.
   std::chrono::nanoseconds fixed_cost{0};
+  PathTiming path;
   std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
   std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
   uint32_t max_rounds = 30;
@@ -139,6 +153,9 @@ struct ModelRun {
   double beside_bytes = 0;             // everything the mover sends: first pass, re-sends, remainder
   double beside_final_bytes = 0;       // its remainder, sent during the stun
   double converge_ms = 0;              // engine said go -> the mover paused the guest (guest running)
+  // Device only: the stun the engine's rule predicted at each of its decisions
+  // (the last one said stop); near the target they decide on timing noise.
+  std::vector<double> decision_stun_ms;
   double stopped_before_switchover_ms = 0;  // the mover paused first: guest stopped while the round ends
   bool beside_paused_first = false;    // the mover paused the guest before the engine's rule said go
 };
@@ -148,11 +165,18 @@ struct Prediction {
   // The reported ranges: min and max over the three runs (a larger dirty set can
   // add a round and so end with a smaller stun: the stun is not monotone in W).
   double stun_low_ms = 0, stun_high_ms = 0, total_low_ms = 0, total_high_ms = 0;
+  // A decision of the mid run within 20% of the downtime target: the engine may
+  // run one round more (or fewer) than predicted. The alternative outcome is
+  // modelled too and the ranges include it; mid stays the likely one.
+  bool marginal = false;
+  std::optional<ModelRun> alternative;
   EstimateDecision decision = EstimateDecision::kLiveMigrate;
   std::string explanation;
 };
 
-ModelRun RunModel(const DeviceProfile& profile, const ModelParams& params, WorkingSetCurve::Bound w, double bandwidth);
+// `which`: the PathTiming column (0 optimistic, 1 mid, 2 pessimistic).
+ModelRun RunModel(const DeviceProfile& profile, const ModelParams& params, WorkingSetCurve::Bound w, double bandwidth,
+                  int which = 1);
 Prediction Predict(const DeviceProfile& profile, const ModelParams& params);
 
 // Scales a profile to another device size: every region by size/current, and
@@ -179,6 +203,10 @@ struct EstimateOptions {
   std::optional<TargetSpec> target;
   bool recalibrate = false;
   BesideMemory beside;          // bytes 0: none (e.g. `estimate --qemu` sets the guest's RAM)
+  // Set (and no target): the rates and costs of the path the migration will take,
+  // measured across two processes; else the in-process calibration's.
+  std::optional<PathCalibration> path;
+  bool path_measured_now = false;
 };
 
 struct EstimateReport {
@@ -195,6 +223,8 @@ struct EstimateReport {
   std::optional<PipelineBound> pipeline;  // with a target: what bounds the rate
   std::string calibration_path, calibration_time;
   bool calibrated_now = false;
+  std::optional<PathCalibration> path;  // the path calibration modelled with, when there was one
+  bool path_measured_now = false;
   std::vector<std::string> assumptions;
 };
 
@@ -228,7 +258,16 @@ std::string EstimateToJson(const EstimateReport& r);
 // the estimate assumed, so prediction and probe decide alike.
 Result<EstimateReport> EstimateForProbe(Device& device, const EstimateOptions& options, SourceOptions& source,
                                         Clock& clock);
-// A probe's report: the migration report's JSON with the estimate under "estimate".
+// The estimate's model run again at the rate the probe's round 0 measured on the
+// real link (the estimate's low and high rates scaled alike); nullopt when the
+// probe sent no round. The probe feeds what it measured back into the model.
+struct ProbeRates {
+  double round0_bytes_per_s = 0;
+  Prediction prediction;
+};
+std::optional<ProbeRates> RepredictWithProbe(const EstimateReport& e, const MigrationReport& r);
+// A probe's report: the migration report's JSON with the estimate under
+// "estimate" and the re-prediction at the probe's rate under "estimate_at_probe_rate".
 std::string ProbeReportToJson(const MigrationReport& r, const EstimateReport& e);
 
 }  // namespace gpumigrate

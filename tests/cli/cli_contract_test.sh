@@ -103,12 +103,38 @@ contains "report shows the destination self-check" "$tmp/human" "self-check of a
 
 # estimate: a dry run that only observes; calibration goes to a scratch file.
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
+# The path calibration's runs (two processes of this binary) on a small device: the
+# figures do not matter here, the time under sanitizers does.
+export GPUMIGRATE_PATH_CALIBRATION_SIZE=24MiB
 "$bin" help estimate >"$tmp/he" 2>&1; check "help estimate" 0 $?
 for opt in --device --link --sample --max-stun --project --json --qemu --qemu-dirty-sample; do
   contains "help estimate describes $opt" "$tmp/he" "$opt"
 done
-"$bin" estimate --device "$small" --sample 300ms --warmup 50ms --link 1Gbit --json >"$tmp/est.json" 2>/dev/null
+"$bin" estimate --device "$small" --sample 300ms --warmup 50ms --link 1Gbit --json >"$tmp/est.json" 2>"$tmp/est.err"
 check "estimate --json" 0 $?
+contains "the first estimate of a path says it calibrates it" "$tmp/est.err" "calibrating the path tls/"
+test -s "$tmp/calibration-paths.json" && echo "ok: path calibration stored beside the calibration" ||
+  { echo "FAIL: no $tmp/calibration-paths.json"; fail=1; }
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --link 1Gbit --json >"$tmp/est2.json" 2>"$tmp/est2.err"
+check "estimate again on the same path" 0 $?
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --link 1Gbit --transport in-process --json \
+  >"$tmp/est3.json" 2>/dev/null
+check "estimate --transport in-process" 0 $?
+python3 - "$tmp/est.json" "$tmp/est2.json" "$tmp/est3.json" "$tmp/est2.err" <<'PY' || fail=1
+import json, sys
+first, again, inproc = (json.load(open(f)) for f in sys.argv[1:4])
+pc = first["path_calibration"]
+assert pc["key"].startswith("tls/") and pc["key"].endswith("/none/125000000B/s"), pc
+assert pc["measured_now"] is True and pc["final_bytes_per_s"] > 0 and pc["fixed_ms"] >= 0, pc
+assert again["path_calibration"]["measured_now"] is False, again["path_calibration"]
+assert "calibrating the path" not in open(sys.argv[4]).read(), "the stored path calibration was not reused"
+assert "path_calibration" not in inproc, inproc.keys()
+print("ok: the path is calibrated once, reused, and skipped with --transport in-process")
+PY
+echo '{"version": 1, "paths": {"tls/2/none/125000000B/s": {"transport": 3}}' >"$tmp/calibration-paths.json"
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --link 1Gbit --json >"$tmp/est4.json" 2>"$tmp/est4.err"
+check "estimate over a damaged path calibration" 0 $?
+contains "a damaged path calibration is named and measured again" "$tmp/est4.err" "calibration-paths.json"
 test -s "$GPUMIGRATE_CALIBRATION" && echo "ok: calibration stored" || { echo "FAIL: no calibration file"; fail=1; }
 python3 - "$tmp/est.json" <<'PY' || fail=1
 import json, sys

@@ -10,6 +10,7 @@ trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; rm -rf "$tmp"' E
 fail=0
 source "$(dirname "$0")/lib.sh"
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
+export GPUMIGRATE_PATH_CALIBRATION_SIZE=24MiB  # the probe calibrates its path first: small, for sanitizers
 
 # start_receiver NAME DEVICE [ARGS...]: runs `receive` in the background; sets $port and $rpid.
 # Without TLS arguments it runs --insecure-no-tls.
@@ -155,6 +156,8 @@ timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tl
 check "migrate --dry-run" 0 $?
 wait $rpid; check "receiver of a probe discards (exit 1)" 1 $?
 json_check "$tmp/probe.json" 'r["dry_run"] and r["estimate"]["predicted_stun_ms"] > 0 and len(r["rounds"]) >= 1' "probe reports measured and predicted"
+json_check "$tmp/probe.json" 'r["estimate"]["path_calibration"]["key"].startswith("insecure/")' "the probe estimates over its own path, calibrated"
+json_check "$tmp/probe.json" 'r["estimate_at_probe_rate"]["round0_bytes_per_s"] > 0 and r["estimate_at_probe_rate"]["predicted_stun_ms"] > 0' "the probe's measured rate is fed back into the model"
 json_check "$tmp/probe.recv.json" '"dry run" in r["error"]' "receiver says why it discarded"
 
 if [ $fail -ne 0 ]; then echo "net_migration: FAILED"; exit 1; fi

@@ -5,7 +5,8 @@
 // what happened. One JSON object per workload, then a summary with the median
 // and worst absolute errors.
 //
-//   estimator_accuracy [--sample DURATION] [--only N]
+//   estimator_accuracy_inprocess [--sample DURATION] [--only N]
+// (perf/estimator_accuracy.py is the cross-process one: what users run.)
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
     if (k == "--sample") sample = argv[i + 1];
     else if (k == "--only") only = std::stoi(argv[i + 1]);
     else {
-      fmt::print(stderr, "usage: estimator_accuracy [--sample DURATION] [--only N]\n");
+      fmt::print(stderr, "usage: estimator_accuracy_inprocess [--sample DURATION] [--only N]\n");
       return 2;
     }
   }

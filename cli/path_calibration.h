@@ -1,0 +1,23 @@
+// The path calibration's runs (gpumigrate/path_calibration.h): this binary's own
+// `receive` and `migrate` as two processes on loopback, with the transport,
+// streams, codec and cap of the configuration, on a small sim device. Each run
+// is a real migration between two processes; the fit turns their reports into
+// the figures `estimate` models with.
+#pragma once
+
+#include <cstdio>
+
+#include "gpumigrate/path_calibration.h"
+
+namespace gpumigrate::cli {
+
+// The sim device a configuration is calibrated on: 256 MiB uncapped, or what
+// the cap moves in 0.6 s (48 to 256 MiB); $GPUMIGRATE_PATH_CALIBRATION_SIZE
+// overrides the size (e.g. for tests).
+std::string PathCalibrationDevice(const PathConfig& c, bool large_final);
+
+// The stored calibration of `c`, or (none stored, or `force`) four migrations
+// measured now and stored. Progress goes to `progress`.
+Result<PathCalibration> LoadOrMeasurePath(const PathConfig& c, bool force, FILE* progress, bool* measured_now);
+
+}  // namespace gpumigrate::cli

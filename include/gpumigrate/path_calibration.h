@@ -1,0 +1,75 @@
+// Calibration of the path a migration will really take: `migrate` and `receive`
+// as two processes of this host, over the transport (TLS or not), streams,
+// codec and rate cap the migration will use. The in-process calibration
+// (calibration.h) measures the pipeline without a socket between two
+// processes; on a host whose cores both processes share it is several times
+// faster than what `migrate` reaches, and a prediction made with it is wrong.
+//
+// What is measured, from a few migrations of a small sim device:
+//   round rate          bytes per second of round 0 (the bulk), wire and raw;
+//   round overhead      what a short dirty round costs beyond its bytes at that
+//                       rate (the round-end exchange, the ramp-up);
+//   stun                fixed + final bytes / final rate, fitted through two
+//                       kinds of runs: one whose final round is nearly empty
+//                       (the fixed cost: stop, sync, Prepare, Commit) and one
+//                       whose final round carries a hot set of megabytes (the
+//                       rate a small transfer reaches, well below the bulk's).
+// Stored per configuration (PathConfig::Key) in one JSON file beside the
+// in-process calibration, so each configuration is measured once per host.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpumigrate/status.h"
+
+namespace gpumigrate {
+
+struct PathConfig {
+  std::string transport = "tls";   // "tls" (PSK TLS 1.3, AES-GCM) or "insecure"
+  uint32_t streams = 2;
+  std::string codec = "none";      // as CodecChoice::ToString writes it
+  double cap_bytes_per_s = 0;      // --bandwidth; 0: uncapped
+  // "tls/2/none/uncapped", "insecure/4/zstd:1/125000000B/s".
+  std::string Key() const;
+};
+
+// One measured migration, as its report says (the parts the fit needs).
+struct PathRun {
+  double round0_bytes = 0, round0_raw_bytes = 0, round0_ms = 0;
+  std::vector<std::pair<double, double>> dirty_rounds;  // (bytes, ms) of rounds after round 0
+  double final_bytes = 0;
+  double stun_ms = 0;
+  bool small_final = false;  // the kind whose final round is nearly empty
+};
+
+struct PathCalibration {
+  PathConfig config;
+  // Round 0's wire rate: median of the runs, their slowest and fastest.
+  double bytes_per_s = 0, low_bytes_per_s = 0, high_bytes_per_s = 0;
+  double raw_bytes_per_s = 0;  // the same rounds' raw (pre-codec) bytes per second
+  double wire_ratio = 1;       // raw / wire bytes of those rounds (1 without a codec)
+  double round_overhead_ms = 0;
+  // stun = fixed + final / final rate; low, mid and high.
+  double fixed_ms = 0, fixed_low_ms = 0, fixed_high_ms = 0;
+  double final_bytes_per_s = 0, final_low_bytes_per_s = 0, final_high_bytes_per_s = 0;
+  int runs = 0;
+  std::string measured_at;  // UTC, ISO 8601
+  std::string method;
+};
+
+// Fits the figures above from runs of both kinds (at least one of each).
+Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::vector<PathRun>& runs);
+// Reads a migration report (`migrate --json`) into a PathRun.
+Result<PathRun> PathRunFromReport(const std::string& report_json, bool small_final);
+
+// Beside DefaultCalibrationPath(): its name with "-paths" before ".json".
+std::string DefaultPathCalibrationFile();
+// nullopt when the file has no entry for the configuration; an error when the
+// file is damaged (it names the file and what is wrong).
+Result<std::optional<PathCalibration>> LoadPathCalibration(const PathConfig& config);
+// Adds or replaces the configuration's entry (written to a temporary file and renamed).
+Status StorePathCalibration(const PathCalibration& c);
+
+}  // namespace gpumigrate

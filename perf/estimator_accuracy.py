@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""How well `gpumigrate estimate` predicts the stun that `gpumigrate migrate` then
+measures, on the path users run (issue 15): for each workload, `estimate` observes
+the running source (its dry run, over the path calibration of that workload's
+transport, streams, codec and cap), then the same device spec is migrated with
+`migrate`/`receive` as two processes over loopback PSK TLS with the same cap,
+codec and downtime target, and the prediction is compared with the report.
+
+  perf/estimator_accuracy.py GPUMIGRATE GPUMIGRATE_WORKLOAD [--only N[,N...]] [--repeat K]
+                             [--sample DURATION] [--keep-calibration]
+
+The calibration (in-process and per path) starts empty in a temporary directory,
+so every path is measured within the run, as a first-time user's would be
+(--keep-calibration uses the caller's $GPUMIGRATE_CALIBRATION instead).
+Workloads: sim devices (256 MiB-2 GiB, static 0.5-0.95, KV append 4-128 MiB/s,
+hot sets 4-96 MiB, caps 200 MB/s-1 GB/s and uncapped, codecs none, zstd, shuffle
+and auto, 2 and 4 streams, some built to sit near the 300 ms target) and proc
+devices (a gpumigrate-workload process written at a set rate, tracked by the real
+kernel tracker). None of them is the path calibration's own device.
+
+One JSON object per workload (predicted and measured stun, error =
+predicted/measured - 1, whether the measured stun lies in the printed range,
+rounds), then a summary: median and worst absolute stun error, ranges held."""
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# name, device (sim spec, or proc:SIZE:RATE), cap ("" = uncapped), codec, streams, downtime target
+WORKLOADS = [
+    ("sim-512M-kv16-uncapped", "sim:size=512MiB,static=0.8,kv=0.15,kv_fill=0.3,kv_rate=16MiB/s,hot=8MiB,page=64KiB,step=10ms", "", "none", 2, "300ms"),
+    ("sim-1G-static95-cap1G", "sim:size=1GiB,static=0.95,kv=0.04,kv_fill=0.2,kv_rate=4MiB/s,hot=4MiB,page=64KiB,step=20ms", "1GB/s", "none", 2, "300ms"),
+    ("sim-256M-static50-cap256M", "sim:size=256MiB,static=0.5,kv=0.4,kv_fill=0.3,kv_rate=64MiB/s,hot=16MiB,page=16KiB,step=5ms", "256MB/s", "none", 2, "300ms"),
+    ("sim-768M-hot32-cap512M", "sim:size=768MiB,static=0.7,kv=0.2,kv_fill=0.5,kv_rate=32MiB/s,hot=32MiB,page=64KiB,step=10ms", "512MB/s", "none", 2, "300ms"),
+    ("sim-512M-zstd-uncapped", "sim:size=512MiB,static=0.9,kv=0.05,kv_fill=0.5,kv_rate=8MiB/s,hot=24MiB,page=64KiB,step=10ms", "", "zstd", 2, "300ms"),
+    ("sim-1G-zstd-cap400M", "sim:size=1GiB,static=0.6,kv=0.3,kv_fill=0.4,kv_rate=48MiB/s,hot=12MiB,page=64KiB,step=20ms", "400MB/s", "zstd", 2, "300ms"),
+    ("sim-384M-hot20-cap200M", "sim:size=384MiB,static=0.75,kv=0.2,kv_fill=0.5,kv_rate=24MiB/s,hot=20MiB,page=64KiB,step=10ms", "200MB/s", "none", 2, "300ms"),
+    ("sim-near-target-hot64-cap256M", "sim:size=512MiB,static=0.8,kv=0.1,kv_fill=1,kv_rate=0,hot=64MiB,page=64KiB,step=5ms", "256MB/s", "none", 2, "300ms"),
+    ("sim-near-target-hot96-cap400M", "sim:size=640MiB,static=0.8,kv=0.05,kv_fill=1,kv_rate=0,hot=96MiB,page=64KiB,step=5ms", "400MB/s", "none", 2, "300ms"),
+    ("sim-640M-kv96-cap768M", "sim:size=640MiB,static=0.85,kv=0.1,kv_fill=0.2,kv_rate=96MiB/s,hot=8MiB,page=64KiB,step=10ms", "768MB/s", "none", 2, "300ms"),
+    ("sim-2G-static90-uncapped", "sim:size=2GiB,static=0.9,kv=0.08,kv_fill=0.3,kv_rate=16MiB/s,hot=16MiB,page=64KiB,step=20ms", "", "none", 2, "300ms"),
+    ("sim-320M-kv128-cap300M", "sim:size=320MiB,static=0.6,kv=0.35,kv_fill=0.2,kv_rate=128MiB/s,hot=4MiB,page=16KiB,step=5ms", "300MB/s", "none", 2, "300ms"),
+    ("sim-512M-shuffle-cap300M", "sim:size=512MiB,static=0.8,kv=0.15,kv_fill=0.5,kv_rate=16MiB/s,hot=8MiB,page=64KiB,step=10ms", "300MB/s", "shuffle", 2, "300ms"),
+    ("sim-512M-auto-cap200M", "sim:size=512MiB,static=0.85,kv=0.1,kv_fill=0.5,kv_rate=12MiB/s,hot=8MiB,page=64KiB,step=10ms", "200MB/s", "auto", 2, "300ms"),
+    ("sim-768M-4streams-uncapped", "sim:size=768MiB,static=0.7,kv=0.25,kv_fill=0.4,kv_rate=32MiB/s,hot=12MiB,page=64KiB,step=10ms", "", "none", 4, "300ms"),
+    ("sim-512M-target100ms-cap512M", "sim:size=512MiB,static=0.85,kv=0.1,kv_fill=0.5,kv_rate=24MiB/s,hot=16MiB,page=64KiB,step=10ms", "512MB/s", "none", 2, "100ms"),
+    ("proc-256M-20MBps-uncapped", "proc:256MiB:20MB/s", "", "none", 2, "300ms"),
+    ("proc-512M-50MBps-cap300M", "proc:512MiB:50MB/s", "300MB/s", "none", 2, "300ms"),
+    ("proc-384M-8MBps-cap1G", "proc:384MiB:8MB/s", "1GB/s", "none", 2, "300ms"),
+]
+
+
+def parse_args(argv):
+    if len(argv) < 3:
+        sys.exit(__doc__)
+    opts = {"gm": argv[1], "wl": argv[2], "only": None, "repeat": 1, "sample": "1s", "keep": False}
+    i = 3
+    while i < len(argv):
+        k = argv[i]
+        if k == "--keep-calibration":
+            opts["keep"] = True
+            i += 1
+            continue
+        if i + 1 >= len(argv):
+            sys.exit(f"{k} needs a value\n{__doc__}")
+        v = argv[i + 1]
+        if k == "--only":
+            opts["only"] = {int(x) for x in v.split(",")}
+        elif k == "--repeat":
+            opts["repeat"] = int(v)
+        elif k == "--sample":
+            opts["sample"] = v
+        else:
+            sys.exit(f"unknown option {k}\n{__doc__}")
+        i += 2
+    return opts
+
+
+class Bench:
+    def __init__(self, opts):
+        self.gm, self.wl = opts["gm"], opts["wl"]
+        self.sample = opts["sample"]
+        self.work = tempfile.mkdtemp(prefix="gm-estacc-")
+        self.env = dict(os.environ, GPUMIGRATE_SHIM_DIR=self.work)
+        if not opts["keep"]:
+            self.env["GPUMIGRATE_CALIBRATION"] = os.path.join(self.work, "cal.json")
+        self.psk = os.path.join(self.work, "psk")
+        with open(self.psk, "w") as f:
+            f.write(os.urandom(32).hex() + "\n")
+        os.chmod(self.psk, 0o600)
+        self.procs = []
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def spawn(self, args):
+        p = subprocess.Popen(args, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def workload(self, size, rate, adopt=False):
+        args = [self.wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"]
+        if adopt:
+            args += ["--adopt", "--run-after", "100ms", "--adopt-timeout", "300s"]
+        p = self.spawn(args)
+        sock = os.path.join(self.work, f"gpumigrate-shim.{p.pid}.sock")
+        for _ in range(1200):
+            if os.path.exists(sock):
+                return p
+            if p.poll() is not None:
+                raise RuntimeError(f"workload {size} exited: {p.stderr.read()[-800:]}")
+            time.sleep(0.05)
+        raise RuntimeError(f"workload {size} never served its shim")
+
+    def estimate(self, device, cap, codec, streams, target):
+        args = [self.gm, "estimate", "--device", device, "--sample", self.sample, "--warmup", "500ms", "--json",
+                "--codec", codec, "--downtime-target", target, "--transport", "tls"]
+        if streams != 2:
+            args += ["--streams", str(streams)]
+        if cap:
+            args += ["--link", cap]
+        r = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            raise RuntimeError(f"estimate {device}: exit {r.returncode}: {r.stderr[-1500:]}")
+        return json.loads(r.stdout)
+
+    def migrate(self, src_device, dst_device, cap, codec, streams, target):
+        port_file = os.path.join(self.work, "port")
+        if os.path.exists(port_file):
+            os.unlink(port_file)
+        tls = ["--psk-file", self.psk]
+        recv = self.spawn([self.gm, "receive", "--listen", "127.0.0.1:0", "--port-file", port_file, "--device",
+                           dst_device, "--accept-timeout", "120s", "--json"] + tls)
+        port = ""
+        for _ in range(600):
+            if os.path.exists(port_file):
+                port = open(port_file).read().strip()
+                if port:
+                    break
+            time.sleep(0.05)
+        if not port:
+            raise RuntimeError(f"receive never listened: {recv.stderr.read()[-800:]}")
+        args = [self.gm, "migrate", "--to", f"127.0.0.1:{port}", "--device", src_device, "--streams", str(streams),
+                "--codec", codec, "--downtime-target", target, "--warmup", "500ms", "--json"] + tls
+        if cap:
+            args += ["--bandwidth", cap]
+        r = subprocess.run(args, env=self.env, capture_output=True, text=True, timeout=900)
+        try:
+            recv.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            recv.kill()
+        if r.returncode != 0:
+            raise RuntimeError(f"migrate {src_device}: exit {r.returncode}: {r.stdout[-1000:]} {r.stderr[-1000:]}")
+        return json.loads(r.stdout)
+
+    def one(self, index, w):
+        name, device, cap, codec, streams, target = w
+        procs = []
+        if device.startswith("proc:"):
+            _, size, rate = device.split(":")
+            src = self.workload(size, rate)
+            procs.append(src)
+            est = self.estimate(f"proc:{src.pid}", cap, codec, streams, target)
+            dst = self.workload(size, rate, adopt=True)
+            procs.append(dst)
+            rep = self.migrate(f"proc:{src.pid}", f"proc:{dst.pid}", cap, codec, streams, target)
+        else:
+            est = self.estimate(device, cap, codec, streams, target)
+            rep = self.migrate(device, device, cap, codec, streams, target)
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        pred = est["predicted_stun_ms"]
+        lo, hi = est["predicted_stun_range_ms"]
+        meas = rep["stun_ms"]
+        measured_rounds = sum(1 for r in rep["rounds"] if not r.get("final"))
+        out = {
+            "workload": index,
+            "name": name,
+            "device": device,
+            "cap": cap or "uncapped",
+            "codec": codec,
+            "streams": streams,
+            "downtime_target": target,
+            "predicted_decision": est["decision"],
+            "measured_outcome": rep["outcome"],
+            "predicted_stun_ms": None if pred is None else round(pred, 2),
+            "predicted_stun_range_ms": [None if x is None else round(x, 2) for x in (lo, hi)],
+            "measured_stun_ms": meas,
+            "stun_error": None if not pred or not meas else round(pred / meas - 1, 4),
+            "range_held": None if lo is None or hi is None else lo <= meas <= hi,
+            "marginal": est.get("marginal", False),
+            "predicted_rounds": len(est["predicted_rounds"]),
+            "measured_rounds": measured_rounds,
+            "predicted_round0_bytes_per_s": round(est["bandwidth_bytes_per_s"]["mid"]),
+            "measured_round0_bytes_per_s": round(rep["rounds"][0]["bytes"] / (rep["rounds"][0]["ms"] / 1e3)),
+            "predicted_total_ms": None if est["predicted_total_ms"] is None else round(est["predicted_total_ms"], 1),
+            "measured_total_ms": rep["total_ms"],
+            "path": est.get("path_calibration", {}).get("key"),
+        }
+        print(json.dumps(out), flush=True)
+        return out
+
+
+def main():
+    opts = parse_args(sys.argv)
+    b = Bench(opts)
+    results = []
+    try:
+        for rep in range(opts["repeat"]):
+            for i, w in enumerate(WORKLOADS):
+                if opts["only"] is not None and i not in opts["only"]:
+                    continue
+                try:
+                    results.append(b.one(i, w))
+                except Exception as e:  # one failed workload is reported, the rest still run
+                    print(json.dumps({"workload": i, "name": w[0], "error": str(e)[-2000:]}), flush=True)
+                    results.append({"workload": i, "name": w[0], "error": str(e)})
+    finally:
+        b.close()
+    errs = [abs(r["stun_error"]) for r in results if r.get("stun_error") is not None]
+    held = [r["range_held"] for r in results if r.get("range_held") is not None]
+    summary = {
+        "summary": "estimator_accuracy",
+        "path": "estimate, then migrate/receive as two processes over loopback PSK TLS",
+        "workloads": len(results),
+        "failed": sum(1 for r in results if "error" in r),
+        "compared": len(errs),
+        "median_abs_stun_error": round(statistics.median(errs), 4) if errs else None,
+        "worst_abs_stun_error": round(max(errs), 4) if errs else None,
+        "ranges_held": sum(1 for h in held if h),
+        "ranges_compared": len(held),
+        "decisions_agree": sum(1 for r in results if "error" not in r and
+                               (r["predicted_decision"] == "live-migrate") == (r["measured_outcome"] == "completed")),
+    }
+    print(json.dumps(summary), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,237 @@
+// The path calibration (gpumigrate/path_calibration.h): its fit recovers known
+// costs from synthetic runs, reports are read back, the store keeps one entry per
+// configuration and rejects a damaged file by name; and the model's use of it
+// (round overhead, stun = fixed + final / final rate, the marginal outcome).
+#include "gpumigrate/path_calibration.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+
+#include <gtest/gtest.h>
+
+#include "gpumigrate/estimator.h"
+
+namespace gpumigrate {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using B = WorkingSetCurve::Bound;
+
+// Round 0 at 500 MB/s; later rounds cost 4 ms beyond their bytes; the stun is
+// 20 ms + final / 250 MB/s.
+PathRun MakeRun(bool small, double wobble = 1.0) {
+  PathRun r;
+  r.small_final = small;
+  r.round0_bytes = 200e6;
+  r.round0_raw_bytes = 200e6;
+  r.round0_ms = 400.0 * wobble;
+  const double hot = small ? 0.1e6 : 20e6;
+  r.final_bytes = hot;
+  r.stun_ms = 20.0 + hot / 250e6 * 1e3;
+  if (!small) {
+    r.dirty_rounds = {{20e6, 20e6 / 500e6 * 1e3 + 4.0}, {20e6, 20e6 / 500e6 * 1e3 + 4.0}};
+  }
+  return r;
+}
+
+TEST(PathCalibrationFit, RecoversTheRatesAndCostsItWasGiven) {
+  PathConfig cfg;
+  auto c = FitPathCalibration(cfg, {MakeRun(true), MakeRun(false), MakeRun(true), MakeRun(false)});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NEAR(c->bytes_per_s, 500e6, 1);
+  EXPECT_NEAR(c->round_overhead_ms, 4.0, 1e-9);
+  EXPECT_NEAR(c->final_bytes_per_s, 250e6, 1);
+  EXPECT_NEAR(c->fixed_ms, 20.0, 1e-9);
+  EXPECT_DOUBLE_EQ(c->wire_ratio, 1.0);
+  EXPECT_EQ(c->runs, 4);
+}
+
+TEST(PathCalibrationFit, TheRangeSpansTheRuns) {
+  auto c = FitPathCalibration(PathConfig{}, {MakeRun(true, 0.8), MakeRun(false, 1.25), MakeRun(true), MakeRun(false)});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NEAR(c->high_bytes_per_s, 500e6 / 0.8, 1);
+  EXPECT_NEAR(c->low_bytes_per_s, 500e6 / 1.25, 1);
+  EXPECT_LE(c->fixed_low_ms, c->fixed_ms);
+  EXPECT_LE(c->fixed_ms, c->fixed_high_ms);
+  EXPECT_LE(c->final_low_bytes_per_s, c->final_bytes_per_s);
+  EXPECT_LE(c->final_bytes_per_s, c->final_high_bytes_per_s);
+}
+
+TEST(PathCalibrationFit, NeedsBothKindsOfRun) {
+  auto c = FitPathCalibration(PathConfig{}, {MakeRun(true), MakeRun(true)});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("small and with a large final round"), std::string::npos);
+}
+
+TEST(PathCalibrationReport, ReadsRoundsFinalAndStun) {
+  const std::string report = R"({"outcome":"completed","stun_ms":31.5,"rounds":[
+    {"round":0,"final":false,"bytes":1000,"raw_bytes":1500,"ms":2.0},
+    {"round":1,"final":false,"bytes":100,"ms":0.5},
+    {"round":2,"final":true,"bytes":40,"ms":0.1}]})";
+  auto r = PathRunFromReport(report, false);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->round0_bytes, 1000);
+  EXPECT_DOUBLE_EQ(r->round0_raw_bytes, 1500);
+  ASSERT_EQ(r->dirty_rounds.size(), 1u);
+  EXPECT_DOUBLE_EQ(r->final_bytes, 40);
+  EXPECT_DOUBLE_EQ(r->stun_ms, 31.5);
+  auto aborted = PathRunFromReport(R"({"outcome":"aborted","rounds":[]})", true);
+  ASSERT_FALSE(aborted.ok());
+  EXPECT_NE(aborted.status().message().find("did not complete"), std::string::npos);
+  EXPECT_FALSE(PathRunFromReport("not json", true).ok());
+}
+
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    setenv(name, value.c_str(), 1);
+  }
+  ~ScopedEnv() { old_ ? (void)setenv(name_, old_->c_str(), 1) : (void)unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+class PathCalibrationStore : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = ::testing::TempDir() + "gm_pathcal_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    env_.emplace("GPUMIGRATE_CALIBRATION", (dir_ / "cal.json").string());
+  }
+  void TearDown() override {
+    env_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+  std::optional<ScopedEnv> env_;
+};
+
+TEST_F(PathCalibrationStore, LivesBesideTheCalibrationOneEntryPerConfiguration) {
+  EXPECT_EQ(DefaultPathCalibrationFile(), (dir_ / "cal-paths.json").string());
+  PathConfig tls, capped;
+  capped.transport = "insecure";
+  capped.cap_bytes_per_s = 125e6;
+  EXPECT_EQ(capped.Key(), "insecure/2/none/125000000B/s");
+  auto none = LoadPathCalibration(tls);
+  ASSERT_TRUE(none.ok()) << none.status().ToString();
+  EXPECT_FALSE(none->has_value());
+
+  auto a = FitPathCalibration(tls, {MakeRun(true), MakeRun(false)});
+  auto b = FitPathCalibration(capped, {MakeRun(true, 2.0), MakeRun(false, 2.0)});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(StorePathCalibration(*a).ok());
+  ASSERT_TRUE(StorePathCalibration(*b).ok());
+  auto la = LoadPathCalibration(tls), lb = LoadPathCalibration(capped);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  ASSERT_TRUE(la->has_value() && lb->has_value());
+  EXPECT_NEAR((*la)->bytes_per_s, 500e6, 1);
+  EXPECT_NEAR((*lb)->bytes_per_s, 250e6, 1);
+  EXPECT_EQ((*lb)->config.Key(), capped.Key());
+}
+
+TEST_F(PathCalibrationStore, ADamagedFileIsRejectedByName) {
+  const std::string file = DefaultPathCalibrationFile();
+  { std::ofstream(file) << "{ half"; }
+  auto r = LoadPathCalibration(PathConfig{});
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(file), std::string::npos) << r.status().message();
+
+  auto c = FitPathCalibration(PathConfig{}, {MakeRun(true), MakeRun(false)});
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(StorePathCalibration(*c).ok());  // a damaged cache is replaced
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto at = text.find("\"fixed_ms\"");
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, 10, "\"fixed_ms\": -5, \"x\"");
+  { std::ofstream(file) << text; }
+  auto bad = LoadPathCalibration(PathConfig{});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("tls/2/none/uncapped"), std::string::npos) << bad.status().message();
+}
+
+RegionProfile Region(uint32_t id, double size, std::vector<double> t, std::vector<double> bytes) {
+  RegionProfile r;
+  std::string name = "r";
+  name += std::to_string(id);
+  r.info = RegionInfo{id, std::move(name), static_cast<uint64_t>(size), 4096, RegionHint::kDynamic};
+  r.dirty.window_s = std::move(t);
+  r.dirty.low_bytes = r.dirty.mid_bytes = r.dirty.high_bytes = std::move(bytes);
+  return r;
+}
+
+ModelParams Params(double bw) {
+  ModelParams p;
+  p.bandwidth_low = p.bandwidth_mid = p.bandwidth_high = bw;
+  p.fixed_cost = 20ms;
+  p.downtime_target = 300ms;
+  return p;
+}
+
+// 1 GB of weights and a KV cache appending 100 MB/s at 1 GB/s: round 0 takes 1 s
+// and dirties 100 MB. With the path's figures the stun is 20 ms + 100 MB at
+// 250 MB/s = 420 ms, not the engine's 100 MB / 1 GB/s + 20 ms = 120 ms.
+TEST(PathTimingModel, TheStunIsFixedPlusTheFinalRoundAtItsOwnRate) {
+  DeviceProfile p;
+  p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {1e6, 100e6}));
+  ModelParams params = Params(1e9);
+  ModelRun plain = RunModel(p, params, B::kMid, 1e9);
+  ASSERT_EQ(plain.rounds.size(), 1u);
+  EXPECT_NEAR(plain.stun_ms, 120.0, 1e-6);
+  params.path.fixed_ms[1] = 20;
+  params.path.final_bytes_per_s[1] = 250e6;
+  ModelRun path = RunModel(p, params, B::kMid, 1e9);
+  ASSERT_EQ(path.rounds.size(), 1u);  // the engine's rule decides as before
+  EXPECT_NEAR(path.stun_ms, 420.0, 1e-6);
+}
+
+// Each later round costs 50 ms beyond its bytes: the engine's recent rate falls,
+// its predicted stun rises, and the dirty set of a longer round is larger.
+TEST(PathTimingModel, RoundOverheadLengthensRoundsAndTheRuleSeesIt) {
+  DeviceProfile p;
+  p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {2e6, 200e6}));
+  ModelParams params = Params(1e9);
+  params.downtime_target = 50ms;
+  ModelRun without = RunModel(p, params, B::kMid, 1e9);
+  params.path.round_overhead_s = 0.05;
+  params.path.fixed_ms[1] = 20;
+  params.path.final_bytes_per_s[1] = 1e9;
+  ModelRun with = RunModel(p, params, B::kMid, 1e9);
+  ASSERT_GE(with.rounds.size(), 2u);
+  EXPECT_NEAR(with.rounds[1].seconds, without.rounds[1].seconds + 0.05, 1e-9);
+  EXPECT_GT(with.final_bytes, without.final_bytes);
+}
+
+// A decision within 20% of the target: the other outcome is modelled and the
+// range holds it, the likely one stays the prediction.
+TEST(PathTimingModel, ADecisionNearTheTargetWidensTheRangeToTheOtherOutcome) {
+  DeviceProfile p;
+  // 1 GB at 1 GB/s dirties 280 MB in round 0: 280 ms + 2 ms is within 300 ms, barely.
+  p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {2.8e6, 280e6}));
+  ModelParams params = Params(1e9);
+  params.fixed_cost = 2ms;
+  Prediction pr = Predict(p, params);
+  ASSERT_EQ(pr.mid.rounds.size(), 1u);
+  EXPECT_TRUE(pr.marginal);
+  ASSERT_TRUE(pr.alternative.has_value());
+  EXPECT_EQ(pr.alternative->rounds.size(), 2u);
+  EXPECT_LT(pr.alternative->stun_ms, pr.mid.stun_ms);
+  EXPECT_LE(pr.stun_low_ms, pr.alternative->stun_ms);
+  // Far from the target: no alternative.
+  DeviceProfile calm;
+  calm.regions.push_back(Region(0, 1000e6, {0.01, 1}, {0.1e6, 10e6}));
+  Prediction c = Predict(calm, params);
+  EXPECT_FALSE(c.marginal);
+  EXPECT_FALSE(c.alternative.has_value());
+}
+
+}  // namespace
+}  // namespace gpumigrate
