@@ -11,9 +11,10 @@
 
 namespace gpumigrate::cli {
 
-// The sim device a configuration is calibrated on: 256 MiB uncapped, or what
-// the cap moves in 0.6 s (48 to 256 MiB); $GPUMIGRATE_PATH_CALIBRATION_SIZE
-// overrides the size (e.g. for tests).
+// The sim devices a configuration is calibrated on: 512 MiB uncapped, or what
+// the cap moves in 1 s (64 to 512 MiB), with a large final round; a quarter of
+// that with a nearly empty one. $GPUMIGRATE_PATH_CALIBRATION_SIZE overrides the
+// larger size (e.g. for tests).
 std::string PathCalibrationDevice(const PathConfig& c, bool large_final);
 
 // The stored calibration of `c`, or (none stored, or `force`) four migrations

@@ -206,6 +206,11 @@ class Bench:
             "measured_round0_bytes_per_s": round(rep["rounds"][0]["bytes"] / (rep["rounds"][0]["ms"] / 1e3)),
             "predicted_total_ms": None if est["predicted_total_ms"] is None else round(est["predicted_total_ms"], 1),
             "measured_total_ms": rep["total_ms"],
+            "predicted_final_bytes": est.get("predicted_final_bytes"),
+            "measured_final_bytes": sum(r["bytes"] for r in rep["rounds"] if r.get("final")),
+            "measured_stun_breakdown_ms": rep.get("stun_breakdown_ms"),
+            "predicted_round_ms": [round(r["ms"], 1) for r in est["predicted_rounds"]],
+            "measured_round_ms": [r["ms"] for r in rep["rounds"] if not r.get("final")],
             "path": est.get("path_calibration", {}).get("key"),
         }
         print(json.dumps(out), flush=True)

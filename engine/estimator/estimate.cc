@@ -43,6 +43,7 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
   p.bandwidth_low = c.low_bytes_per_s * scale;
   p.bandwidth_high = c.high_bytes_per_s * scale;
   p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(c.fixed_ms * 1e6));
+  p.path.round0_startup_s = c.round0_startup_ms / 1e3;
   p.path.round_overhead_s = c.round_overhead_ms / 1e3;
   p.path.fixed_ms[0] = c.fixed_low_ms;
   p.path.fixed_ms[1] = c.fixed_ms;
@@ -58,9 +59,9 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
                                                                    FormatRate(o.link_bytes_per_s))
                                                      : std::string());
   r.assumptions.push_back(fmt::format(
-      "the path {} as measured {} ({} migrations between two processes of this host): round 0 at {}; each later "
-      "round costs {:.1f} ms beyond its bytes at that rate",
-      c.config.Key(), c.measured_at, c.runs, FormatRate(c.bytes_per_s), c.round_overhead_ms));
+      "the path {} as measured {} ({} migrations between two processes of this host): round 0 lasts {:.0f} ms of "
+      "startup plus its bytes at {}; each later round costs {:.1f} ms beyond its bytes at that rate",
+      c.config.Key(), c.measured_at, c.runs, c.round0_startup_ms, FormatRate(c.bytes_per_s), c.round_overhead_ms));
   r.assumptions.push_back(fmt::format(
       "the stun is {:.1f} ms (range {:.1f} to {:.1f}) fixed plus the final round's bytes at {} (range {} to {}): a "
       "final round of megabytes does not reach round 0's rate; the engine's switchover rule assumes {:.1f} ms fixed, "
@@ -308,6 +309,7 @@ std::string EstimateToJson(const EstimateReport& r) {
   j["predicted_total_range_ms"] = {p.total_low_ms, p.total_high_ms};
   const bool beside = r.params.beside.bytes > 0;
   j["predicted_rounds"] = RunJson(p.mid, false)["rounds"];
+  j["predicted_final_bytes"] = std::llround(p.mid.final_bytes);
   j["stop_reason"] = std::string(StopReasonName(p.mid.stop_reason));
   j["explanation"] = p.explanation;
   j["device"] = r.modelled.device;
@@ -382,6 +384,7 @@ std::string EstimateToJson(const EstimateReport& r) {
                              {"measured_at", c.measured_at},
                              {"measured_now", r.path_measured_now},
                              {"round_bytes_per_s", c.bytes_per_s},
+                             {"round0_startup_ms", c.round0_startup_ms},
                              {"round_overhead_ms", c.round_overhead_ms},
                              {"fixed_ms", c.fixed_ms},
                              {"final_bytes_per_s", c.final_bytes_per_s}};

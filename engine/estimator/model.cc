@@ -182,14 +182,14 @@ ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, Workin
                        int which, Forced force) {
   ModelRun run;
   which = std::clamp(which, 0, 2);
+  const PathTiming& path = params.path;
   const double round0 = Round0WireBytes(p);
-  double t = bw > 0 ? round0 / bw : INFINITY;
+  double t = bw > 0 ? round0 / bw + path.round0_startup_s : INFINITY;
   run.rounds.push_back({0, round0, t});
   double elapsed = t;
   PolicyInput in;
   in.device_state_bytes = p.device_state_bytes;
   in.limits = params.Limits();
-  const PathTiming& path = params.path;
   // The engine's own loop, with predicted dirty sets in place of measured ones.
   for (uint32_t round = 0;; ++round) {
     double dirty = std::isfinite(t) ? DirtyWireBytes(p, t, w) : INFINITY;

@@ -29,16 +29,17 @@ double Max(const std::vector<double>& v) { return *std::max_element(v.begin(), v
 }  // namespace
 
 Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::vector<PathRun>& runs) {
-  std::vector<double> rate, raw_rate, ratio, small_stun, small_final, big_stun, big_final;
+  std::vector<double> ratio, small_stun, small_final, big_stun, big_final;
+  std::vector<double> small_b, small_ms, big_b, big_ms;
   for (const auto& r : runs) {
     if (r.round0_ms <= 0 || r.round0_bytes <= 0) {
       return InvalidArgument("path calibration: a run reported an empty or instant round 0");
     }
-    rate.push_back(r.round0_bytes / (r.round0_ms / 1e3));
-    raw_rate.push_back(r.round0_raw_bytes / (r.round0_ms / 1e3));
     ratio.push_back(r.round0_raw_bytes > 0 ? r.round0_raw_bytes / r.round0_bytes : 1.0);
     (r.small_final ? small_stun : big_stun).push_back(r.stun_ms);
     (r.small_final ? small_final : big_final).push_back(r.final_bytes);
+    (r.small_final ? small_b : big_b).push_back(r.round0_bytes);
+    (r.small_final ? small_ms : big_ms).push_back(r.round0_ms);
   }
   if (small_stun.empty() || big_stun.empty()) {
     return InvalidArgument("path calibration: the fit needs runs with a small and with a large final round");
@@ -46,11 +47,24 @@ Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::
   PathCalibration c;
   c.config = config;
   c.runs = static_cast<int>(runs.size());
-  c.bytes_per_s = UpperMedian(rate);
-  c.low_bytes_per_s = Min(rate);
-  c.high_bytes_per_s = Max(rate);
-  c.raw_bytes_per_s = UpperMedian(raw_rate);
   c.wire_ratio = std::max(1.0, UpperMedian(ratio));
+
+  // Round 0 lasts startup + bytes / rate, through the medians of both sizes;
+  // one size only (or a slope the noise made negative): no startup.
+  const double sb = Median(small_b), sm = Median(small_ms), bb = Median(big_b), bm = Median(big_ms);
+  const double hi_b = std::max(sb, bb), hi_ms = sb > bb ? sm : bm, lo_b = std::min(sb, bb), lo_ms = sb > bb ? bm : sm;
+  double startup_ms = 0;
+  if (hi_b > 1.5 * lo_b && hi_ms > lo_ms) {
+    const double slope = (hi_b - lo_b) / (hi_ms - lo_ms);  // bytes per ms
+    startup_ms = std::clamp(hi_ms - hi_b / slope, 0.0, 0.9 * lo_ms);
+  }
+  c.round0_startup_ms = startup_ms;
+  std::vector<double> rate;
+  for (const auto& r : runs) rate.push_back(r.round0_bytes / ((r.round0_ms - startup_ms) / 1e3));
+  c.bytes_per_s = (hi_b + lo_b) / ((hi_ms + lo_ms - 2 * startup_ms) / 1e3);
+  c.low_bytes_per_s = std::min(c.bytes_per_s, Min(rate));
+  c.high_bytes_per_s = std::max(c.bytes_per_s, Max(rate));
+  c.raw_bytes_per_s = c.bytes_per_s * c.wire_ratio;
 
   // A dirty round lasts bytes / round-0 rate + overhead.
   std::vector<double> overhead;
@@ -132,6 +146,7 @@ nlohmann::ordered_json ToJson(const PathCalibration& c) {
           {"bytes_per_s", c.bytes_per_s},
           {"low_bytes_per_s", c.low_bytes_per_s},
           {"high_bytes_per_s", c.high_bytes_per_s},
+          {"round0_startup_ms", c.round0_startup_ms},
           {"raw_bytes_per_s", c.raw_bytes_per_s},
           {"wire_ratio", c.wire_ratio},
           {"round_overhead_ms", c.round_overhead_ms},
@@ -156,6 +171,7 @@ Result<PathCalibration> FromJson(const nlohmann::json& e, const std::string& whe
     c.bytes_per_s = e.at("bytes_per_s").get<double>();
     c.low_bytes_per_s = e.at("low_bytes_per_s").get<double>();
     c.high_bytes_per_s = e.at("high_bytes_per_s").get<double>();
+    c.round0_startup_ms = e.at("round0_startup_ms").get<double>();
     c.raw_bytes_per_s = e.at("raw_bytes_per_s").get<double>();
     c.wire_ratio = e.at("wire_ratio").get<double>();
     c.round_overhead_ms = e.at("round_overhead_ms").get<double>();
@@ -173,7 +189,7 @@ Result<PathCalibration> FromJson(const nlohmann::json& e, const std::string& whe
   }
   const double rates[] = {c.bytes_per_s, c.low_bytes_per_s, c.high_bytes_per_s, c.final_bytes_per_s,
                           c.final_low_bytes_per_s, c.final_high_bytes_per_s, c.wire_ratio};
-  const double costs[] = {c.round_overhead_ms, c.fixed_ms, c.fixed_low_ms, c.fixed_high_ms};
+  const double costs[] = {c.round0_startup_ms, c.round_overhead_ms, c.fixed_ms, c.fixed_low_ms, c.fixed_high_ms};
   if (std::any_of(std::begin(rates), std::end(rates), [](double x) { return !(x > 0) || !std::isfinite(x); }) ||
       std::any_of(std::begin(costs), std::end(costs), [](double x) { return !(x >= 0) || !std::isfinite(x); })) {
     return Corrupt(fmt::format("path calibration: {} holds a rate that is not positive or a cost that is negative",

@@ -112,6 +112,7 @@ struct BesideMemory {
 // three runs: [0] optimistic, [1] mid, [2] pessimistic. Unset (final rate 0): the
 // stun is the engine's own prediction, final bytes / bandwidth + fixed_cost.
 struct PathTiming {
+  double round0_startup_s = 0;         // added to round 0
   double round_overhead_s = 0;         // added to every round after round 0
   double fixed_ms[3] = {0, 0, 0};
   double final_bytes_per_s[3] = {0, 0, 0};

@@ -6,14 +6,17 @@
 // faster than what `migrate` reaches, and a prediction made with it is wrong.
 //
 // What is measured, from a few migrations of a small sim device:
-//   round rate          bytes per second of round 0 (the bulk), wire and raw;
+//   round rate          round 0 (the bulk) lasts startup + bytes / rate: fitted
+//                       through runs of two device sizes (a round 0 of a few
+//                       hundred MB spends a good part of its time ramping up);
 //   round overhead      what a short dirty round costs beyond its bytes at that
 //                       rate (the round-end exchange, the ramp-up);
 //   stun                fixed + final bytes / final rate, fitted through two
 //                       kinds of runs: one whose final round is nearly empty
 //                       (the fixed cost: stop, sync, Prepare, Commit) and one
 //                       whose final round carries a hot set of megabytes (the
-//                       rate a small transfer reaches, well below the bulk's).
+//                       rate a small transfer reaches). The two kinds run on
+//                       devices of different sizes, which gives round 0's fit.
 // Stored per configuration (PathConfig::Key) in one JSON file beside the
 // in-process calibration, so each configuration is measured once per host.
 #pragma once
@@ -46,8 +49,9 @@ struct PathRun {
 
 struct PathCalibration {
   PathConfig config;
-  // Round 0's wire rate: median of the runs, their slowest and fastest.
+  // Round 0's wire rate past its startup: the fit's, the slowest and fastest run's.
   double bytes_per_s = 0, low_bytes_per_s = 0, high_bytes_per_s = 0;
+  double round0_startup_ms = 0;
   double raw_bytes_per_s = 0;  // the same rounds' raw (pre-codec) bytes per second
   double wire_ratio = 1;       // raw / wire bytes of those rounds (1 without a codec)
   double round_overhead_ms = 0;

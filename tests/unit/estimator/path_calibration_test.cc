@@ -49,6 +49,32 @@ TEST(PathCalibrationFit, RecoversTheRatesAndCostsItWasGiven) {
   EXPECT_EQ(c->runs, 4);
 }
 
+// Round 0 lasts 300 ms of startup plus its bytes at 500 MB/s: the small kind
+// moves 50 MB in 400 ms, the large 200 MB in 700 ms (neither alone says 500 MB/s).
+TEST(PathCalibrationFit, RoundZerosStartupComesFromTheTwoSizes) {
+  PathRun small = MakeRun(true), large = MakeRun(false);
+  small.round0_bytes = small.round0_raw_bytes = 50e6;
+  small.round0_ms = 400;
+  large.round0_ms = 700;
+  auto c = FitPathCalibration(PathConfig{}, {small, large, small, large});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_NEAR(c->round0_startup_ms, 300.0, 1e-6);
+  EXPECT_NEAR(c->bytes_per_s, 500e6, 1);
+  DeviceProfile p;
+  RegionProfile r;
+  r.info = RegionInfo{0, "weights", 1'000'000'000, 4096, RegionHint::kStatic};
+  r.dirty.window_s = {0.01, 1};
+  r.dirty.low_bytes = r.dirty.mid_bytes = r.dirty.high_bytes = {0, 0};
+  p.regions.push_back(r);
+  ModelParams params;
+  params.bandwidth_low = params.bandwidth_mid = params.bandwidth_high = c->bytes_per_s;
+  params.path.round0_startup_s = c->round0_startup_ms / 1e3;
+  params.path.fixed_ms[1] = c->fixed_ms;
+  params.path.final_bytes_per_s[1] = c->final_bytes_per_s;
+  ModelRun m = RunModel(p, params, B::kMid, c->bytes_per_s);
+  EXPECT_NEAR(m.rounds[0].seconds, 0.3 + 2.0, 1e-9);  // 1 GB at 500 MB/s after the startup
+}
+
 TEST(PathCalibrationFit, TheRangeSpansTheRuns) {
   auto c = FitPathCalibration(PathConfig{}, {MakeRun(true, 0.8), MakeRun(false, 1.25), MakeRun(true), MakeRun(false)});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
