@@ -64,6 +64,13 @@ Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::
   c.bytes_per_s = (hi_b + lo_b) / ((hi_ms + lo_ms - 2 * startup_ms) / 1e3);
   c.low_bytes_per_s = std::min(c.bytes_per_s, Min(rate));
   c.high_bytes_per_s = std::max(c.bytes_per_s, Max(rate));
+  if (config.cap_bytes_per_s > 0) {
+    // The token bucket's first burst lets a short round 0 beat the cap, and the
+    // startup fit can then put the bulk above it: no round runs faster than the cap.
+    c.bytes_per_s = std::min(c.bytes_per_s, config.cap_bytes_per_s);
+    c.low_bytes_per_s = std::min(c.low_bytes_per_s, config.cap_bytes_per_s);
+    c.high_bytes_per_s = std::min(c.high_bytes_per_s, config.cap_bytes_per_s);
+  }
   c.raw_bytes_per_s = c.bytes_per_s * c.wire_ratio;
 
   // A dirty round lasts bytes / round-0 rate + overhead.

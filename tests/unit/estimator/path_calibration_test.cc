@@ -75,6 +75,24 @@ TEST(PathCalibrationFit, RoundZerosStartupComesFromTheTwoSizes) {
   EXPECT_NEAR(m.rounds[0].seconds, 0.3 + 2.0, 1e-9);  // 1 GB at 500 MB/s after the startup
 }
 
+// cli_contract under CI's sanitizers: a 6 MiB round 0 rode the token bucket's
+// first burst, the startup fit put the bulk at 128 MB/s and the fastest run at
+// 543 MB/s under a 125 MB/s cap. No rate of a capped path exceeds the cap.
+TEST(PathCalibrationFit, ACappedPathNeverRunsFasterThanItsCap) {
+  PathConfig capped;
+  capped.cap_bytes_per_s = 125e6;
+  PathRun small = MakeRun(true), large = MakeRun(false);
+  small.round0_bytes = small.round0_raw_bytes = 6e6;
+  small.round0_ms = 11;  // 545 MB/s: the burst
+  large.round0_bytes = large.round0_raw_bytes = 24e6;
+  large.round0_ms = 150;
+  auto c = FitPathCalibration(capped, {small, large, small, large});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_LE(c->bytes_per_s, 125e6);
+  EXPECT_LE(c->high_bytes_per_s, 125e6);
+  EXPECT_LE(c->low_bytes_per_s, c->bytes_per_s);
+}
+
 TEST(PathCalibrationFit, TheRangeSpansTheRuns) {
   auto c = FitPathCalibration(PathConfig{}, {MakeRun(true, 0.8), MakeRun(false, 1.25), MakeRun(true), MakeRun(false)});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -144,8 +162,8 @@ TEST_F(PathCalibrationStore, LivesBesideTheCalibrationOneEntryPerConfiguration) 
   EXPECT_EQ(DefaultPathCalibrationFile(), (dir_ / "cal-paths.json").string());
   PathConfig tls, capped;
   capped.transport = "insecure";
-  capped.cap_bytes_per_s = 125e6;
-  EXPECT_EQ(capped.Key(), "insecure/2/none/125000000B/s");
+  capped.cap_bytes_per_s = 300e6;
+  EXPECT_EQ(capped.Key(), "insecure/2/none/300000000B/s");
   auto none = LoadPathCalibration(tls);
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_FALSE(none->has_value());
