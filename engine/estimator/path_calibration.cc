@@ -60,10 +60,15 @@ Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::
   }
   c.round0_startup_ms = startup_ms;
   std::vector<double> rate;
-  for (const auto& r : runs) rate.push_back(r.round0_bytes / ((r.round0_ms - startup_ms) / 1e3));
+  for (const auto& r : runs) {
+    // A run faster than the medians may end before the fitted startup does: it
+    // says nothing about the bulk rate (and would give a negative one).
+    const double t = r.round0_ms - startup_ms;
+    if (t > 0.1 * r.round0_ms) rate.push_back(r.round0_bytes / (t / 1e3));
+  }
   c.bytes_per_s = (hi_b + lo_b) / ((hi_ms + lo_ms - 2 * startup_ms) / 1e3);
-  c.low_bytes_per_s = std::min(c.bytes_per_s, Min(rate));
-  c.high_bytes_per_s = std::max(c.bytes_per_s, Max(rate));
+  c.low_bytes_per_s = rate.empty() ? c.bytes_per_s : std::min(c.bytes_per_s, Min(rate));
+  c.high_bytes_per_s = rate.empty() ? c.bytes_per_s : std::max(c.bytes_per_s, Max(rate));
   if (config.cap_bytes_per_s > 0) {
     // The token bucket's first burst lets a short round 0 beat the cap, and the
     // startup fit can then put the bulk above it: no round runs faster than the cap.

@@ -93,6 +93,22 @@ TEST(PathCalibrationFit, ACappedPathNeverRunsFasterThanItsCap) {
   EXPECT_LE(c->low_bytes_per_s, c->bytes_per_s);
 }
 
+// cli_contract on a loaded machine: one small run ended before the startup the
+// medians fitted, its rate came out negative, the stored file was refused on
+// reading (so every estimate measured again) and the range printed null.
+TEST(PathCalibrationFit, ARunShorterThanTheFittedStartupLeavesEveryRatePositive) {
+  PathRun slow = MakeRun(true), fast = MakeRun(true), large = MakeRun(false);
+  slow.round0_bytes = slow.round0_raw_bytes = fast.round0_bytes = fast.round0_raw_bytes = 50e6;
+  slow.round0_ms = 400;
+  fast.round0_ms = 120;  // shorter than the 300 ms startup of the medians
+  large.round0_ms = 700;
+  auto c = FitPathCalibration(PathConfig{}, {slow, slow, fast, large, large});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GT(c->low_bytes_per_s, 0);
+  EXPECT_LE(c->low_bytes_per_s, c->bytes_per_s);
+  EXPECT_GE(c->high_bytes_per_s, c->bytes_per_s);
+}
+
 TEST(PathCalibrationFit, TheRangeSpansTheRuns) {
   auto c = FitPathCalibration(PathConfig{}, {MakeRun(true, 0.8), MakeRun(false, 1.25), MakeRun(true), MakeRun(false)});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
