@@ -77,19 +77,27 @@ void AddLivenessFlags(CLI::App* c, LivenessFlags& f) {
   c->add_option("--keepalive-interval", f.keepalive_interval,
                 "How often this side tells the peer it is alive (less than half the peer's silence timeout)")
       ->capture_default_str();
+  c->add_option("--resume-window", f.resume_window,
+                "When the connection breaks during pre-copy: how long to keep the session and try to carry it on "
+                "over a new connection (the source reconnects, proving it is the same session; the destination "
+                "waits) instead of starting again; 0 ends the migration at once (rolled back)")
+      ->capture_default_str();
 }
 
 struct LivenessLimits {
-  std::chrono::nanoseconds peer_timeout, silence, interval;
+  std::chrono::nanoseconds peer_timeout, silence, interval, resume_window;
 };
 
 Result<LivenessLimits> ParseLiveness(const LivenessFlags& f) {
   GM_ASSIGN_OR_RETURN(auto peer, ParseDuration(f.peer_timeout));
   GM_ASSIGN_OR_RETURN(auto silence, ParseDuration(f.peer_silence_timeout));
   GM_ASSIGN_OR_RETURN(auto interval, ParseDuration(f.keepalive_interval));
+  GM_ASSIGN_OR_RETURN(auto window, ParseDuration(f.resume_window));
   LivenessLimits l{std::chrono::duration_cast<std::chrono::nanoseconds>(peer),
              std::chrono::duration_cast<std::chrono::nanoseconds>(silence),
-             std::chrono::duration_cast<std::chrono::nanoseconds>(interval)};
+             std::chrono::duration_cast<std::chrono::nanoseconds>(interval),
+             std::chrono::duration_cast<std::chrono::nanoseconds>(window)};
+  if (l.resume_window < std::chrono::nanoseconds(0)) return InvalidArgument("--resume-window must not be negative");
   if (l.peer_timeout <= std::chrono::nanoseconds(0) || l.interval <= std::chrono::nanoseconds(0)) {
     return InvalidArgument("--peer-timeout and --keepalive-interval must be positive");
   }
@@ -106,6 +114,68 @@ void Apply(const LivenessLimits& l, Options& o) {
   o.peer_timeout = l.peer_timeout;
   o.peer_silence_timeout = l.silence;
   o.keepalive_interval = l.interval;
+  o.resume_window = l.resume_window;
+}
+
+// Resumable pre-copy, source side: connections of one session (the first join
+// and each resumption), kept alive until the session returns.
+Reconnect SourceReconnect(const HostPort& to, uint32_t streams, const TlsConfig* tls,
+                          std::vector<NetSession>& links, ProgressPrinter& progress) {
+  return [&to, streams, tls, &links, &progress](std::chrono::nanoseconds window) -> Result<Reconnected> {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto deadline = t0 + window;
+    progress.Note(fmt::format("connection to the receiver lost: resuming the session (up to {:.0f} s)",
+                              std::chrono::duration<double>(window).count()));
+    std::optional<std::chrono::steady_clock::time_point> refused_since;
+    Status last = Unavailable("no attempt was made");
+    int attempts = 0;
+    while (std::chrono::steady_clock::now() < deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      auto ns = ConnectSession(to, streams, std::min(left, std::chrono::milliseconds(5000)), tls, &links.front().resume);
+      ++attempts;
+      if (ns.ok()) {
+        links.push_back(std::move(ns).value());
+        progress.Note(fmt::format("resumed over a new connection after {:.1f} s ({} attempt{})",
+                                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(),
+                                  attempts, attempts == 1 ? "" : "s"));
+        return Reconnected{links.back().View(), links.back().aes_key};
+      }
+      last = ns.status();
+      // The receiver refused this session: it no longer holds it. Trying again cannot help.
+      if (last.code() == StatusCode::kFailedPrecondition) return last;
+      // Nobody listens there any more: a receiver that is gone cannot resume either
+      // (a short grace covers a listener that is briefly busy).
+      if (last.message().find("refused") != std::string::npos) {
+        const auto now = std::chrono::steady_clock::now();
+        if (!refused_since) refused_since = now;
+        if (now - *refused_since > std::chrono::seconds(3)) {
+          return Unavailable(fmt::format("the receiver refuses connections, so it is gone: {}", last.message()));
+        }
+      } else {
+        refused_since.reset();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    return Status(StatusCode::kDeadlineExceeded, fmt::format("{} attempts, the last: {}", attempts, last.message()));
+  };
+}
+
+// Resumable pre-copy, destination side: waits on the same listener for the
+// source of this session, refusing (and naming) every other connection.
+Reconnect DestinationReaccept(TcpListener& listener, const TlsConfig* tls, std::chrono::milliseconds handshake_timeout,
+                              std::vector<NetSession>& links) {
+  return [&listener, tls, handshake_timeout, &links](std::chrono::nanoseconds window) -> Result<Reconnected> {
+    Print(stderr, "receive: connection lost; waiting up to {:.0f} s for the source to resume\n",
+          std::chrono::duration<double>(window).count());
+    std::vector<std::string> refused;
+    auto ns = AcceptSession(listener, std::chrono::duration_cast<std::chrono::milliseconds>(window), tls,
+                            handshake_timeout, &links.front().resume, &refused);
+    for (const auto& why : refused) Print(stderr, "receive: refused a connection while waiting: {}\n", why);
+    if (!ns.ok()) return ns.status();
+    links.push_back(std::move(ns).value());
+    Print(stderr, "receive: the source resumed session {:016x}\n", links.back().session_id);
+    return Reconnected{links.back().View(), links.back().aes_key};
+  };
 }
 
 
@@ -258,7 +328,13 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.on_progress = [&](const Progress& p) { progress.Update(p); };
   o.on_phase = WithCrashHook(nullptr);
   if (guest != nullptr) guest->WireInto(o);
-  MigrationReport r = RunSource(*src, ns->View(), o);
+  std::vector<NetSession> links;
+  links.push_back(std::move(ns).value());
+  if (o.resume_window > std::chrono::nanoseconds(0)) {
+    o.reconnect = SourceReconnect(*to, f.src.streams, tls->has_value() ? &**tls : nullptr, links, progress);
+  }
+  const std::string security = links.front().security;
+  MigrationReport r = RunSource(*src, links.front().View(), o);
   progress.Finish();
   if (!r.source_cleanup.ok()) {
     Print(stderr, "gpumigrate migrate: after the migration: {}\n", r.source_cleanup.message());
@@ -266,7 +342,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
   }
   if (!estimate) {
-    PrintMigrateReport(f, r, ns->security, guest);
+    PrintMigrateReport(f, r, security, guest);
     return ExitCodeFor(r);
   }
   if (f.json) {
@@ -293,6 +369,7 @@ void PrintReceiveReport(const ReceiveFlags& f, const MigrationReport& r, const s
   if (!r.status.ok()) Print("  error:      {}\n", r.status.message());
   if (!r.resolution.empty()) Print("  resolution: {}\n", r.resolution);
   Print("  received:   {} in {:.2f} s\n", FormatBytes(static_cast<double>(r.bytes_sent)), r.total_ms / 1e3);
+  PrintResumptions(stdout, r);
   if (check) Print("{}\n", check->ToLine());
   if (!proc_line.empty()) Print("{}\n", proc_line);
   if (guest != nullptr) PrintQemuLines(*guest, stdout);
@@ -345,12 +422,18 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   DestinationOptions o;
   Apply(*live, o);
   o.aes_key = ns->aes_key;
+  std::vector<NetSession> links;
+  links.push_back(std::move(ns).value());
+  if (o.resume_window > std::chrono::nanoseconds(0)) {
+    o.reaccept = DestinationReaccept(**listener, tls->has_value() ? &**tls : nullptr,
+                                     std::chrono::duration_cast<std::chrono::milliseconds>(*handshake_timeout), links);
+  }
   o.cancel = &cancel;
   o.on_phase = WithCrashHook([](Phase p, uint32_t round) {
     if (p == Phase::kRoundEnd) Print(stderr, "receive: round {} applied\n", round);
     if (p == Phase::kPreparedSent) Print(stderr, "receive: verified and prepared; waiting for commit\n");
   });
-  MigrationReport r = RunDestination(*dst, ns->View(), o);
+  MigrationReport r = RunDestination(*dst, links.front().View(), o);
   int rc = ExitCodeFor(r);
   std::optional<SimResumeCheck> check;
   std::string proc_line;
@@ -361,7 +444,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
     proc_line = fmt::format("  destination: process {} adopted the memory and runs on (it checks its own memory)",
                             opened->proc->pid());
   }
-  PrintReceiveReport(f, r, ns->security, check, proc_line, guest);
+  PrintReceiveReport(f, r, links.front().security, check, proc_line, guest);
   return rc;
 }
 

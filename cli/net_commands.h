@@ -24,6 +24,7 @@ struct LivenessFlags {
   std::string peer_timeout = "60s";
   std::string peer_silence_timeout = "10s";
   std::string keepalive_interval = "1s";
+  std::string resume_window = "60s";  // resumable pre-copy; 0: a broken connection ends the migration
 };
 
 struct MigrateFlags {

@@ -11,6 +11,14 @@
 
 namespace gpumigrate::cli {
 
+void PrintResumptions(FILE* out, const MigrationReport& r) {
+  for (const auto& x : r.resumptions) {
+    Print(out, "  resumed:    after a break in round {} ({}): {:.0f} ms to reconnect, {} confirmed kept, {} sent again\n",
+          x.round, x.reason, x.reconnect_ms, FormatBytes(static_cast<double>(x.saved_bytes)),
+          FormatBytes(static_cast<double>(x.resent_bytes)));
+  }
+}
+
 void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) {
   Print(out, "{}: {}", title, OutcomeName(r.outcome));
   if (r.outcome == Outcome::kCompleted) {
@@ -53,6 +61,7 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     }
     Print(out, "  streams:    {}\n", line);
   }
+  PrintResumptions(out, r);
   if (!r.switchover_reason.empty()) Print(out, "  switchover: {}\n", r.switchover_reason);
   if (r.outcome == Outcome::kCompleted) {
     Print(out, "  stun:       {:.1f} ms", r.stun_ms);

@@ -11,6 +11,8 @@
 namespace gpumigrate::cli {
 
 void PrintReport(FILE* out, const std::string& title, const MigrationReport& r);
+// A line per resumption of a broken connection (none: nothing).
+void PrintResumptions(FILE* out, const MigrationReport& r);
 
 // Exit code of the CLI contract: 0 completed, 1 aborted (source running), 3 in doubt.
 int ExitCodeFor(const MigrationReport& r);

@@ -30,8 +30,8 @@ class Destination {
  public:
   Destination(Device& dev, const SessionStreams& streams, const DestinationOptions& opt)
       : dev_(dev), streams_(streams), opt_(opt), clock_(opt.clock ? *opt.clock : SystemClock()),
-        regions_(dev.Regions()), hashes_(regions_), box_(clock_), writer_(streams.control, clock_),
-        t0_(clock_.Now()) {
+        regions_(dev.Regions()), hashes_(regions_), box_(std::make_unique<Mailbox>(clock_)),
+        writer_(std::make_unique<ControlWriter>(streams.control, clock_)), t0_(clock_.Now()) {
     for (const auto& r : regions_) last_round_.emplace_back(r.pages(), 0);
     report_.device = dev.Describe();
     for (const auto& r : regions_) report_.device_bytes += r.size_bytes;
@@ -70,6 +70,12 @@ class Destination {
     reader_.reset();
   }
   MigrationReport Teardown(Outcome outcome, Status st, bool tell_peer);
+  void StartControl();
+  void StartReceiver();
+  void StopLink();
+  bool Resumable(const Status& st) const;
+  Status Resume(Status st);
+  uint64_t BytesReceived() const { return link_bytes_before_ + (receiver_ ? receiver_->bytes_received() : 0); }
   uint64_t FramesTotal() const { return receiver_ ? receiver_->frames_total() : 0; }
 
   Device& dev_;
@@ -87,14 +93,23 @@ class Destination {
   bool resuming_ = false;  // the device entered RESUMING: a failure must discard
   uint32_t rounds_ = 0;    // pre-copy rounds applied
   StepAt at_;
-  Mailbox box_;
-  ControlWriter writer_;
+  // One connection's parts: replaced together when the source resumes over a new one.
+  std::unique_ptr<Mailbox> box_;
+  std::unique_ptr<ControlWriter> writer_;
   std::unique_ptr<ControlReader> reader_;
   std::unique_ptr<FrameReceiver> receiver_;
   std::atomic<uint64_t> work_{0};   // bytes applied: the progress our keepalives report
   std::unique_ptr<Liveness> live_;
   MigrationReport report_;
   Clock::TimePoint t0_;
+  // Resumable pre-copy.
+  bool source_resumes_ = false;   // the source's Hello listed `resume` (and we can wait for it)
+  bool source_keepalive_ = false;
+  uint32_t rounds_applied_ = 0;   // rounds whose every frame was applied
+  uint64_t bytes_applied_ = 0;    // bytes of those rounds
+  uint64_t link_bytes_before_ = 0;
+  std::vector<uint64_t> frames_applied_;  // per data stream of the broken connection
+  std::atomic<bool> device_failed_{false};  // a device write failed (set by the receiving threads)
 };
 
 Result<v1::Envelope> Destination::Next(const char* what) {
@@ -102,9 +117,9 @@ Result<v1::Envelope> Destination::Next(const char* what) {
   auto last_activity = clock_.Now();
   uint64_t last_frames = FramesTotal();
   while (true) {
-    auto r = box_.Next(clock_.Now() + std::chrono::seconds(1), opt_.cancel, what);
+    auto r = box_->Next(clock_.Now() + std::chrono::seconds(1), opt_.cancel, what);
     if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded) return r;
-    if (!box_.failure().ok()) return r;  // the watchdog's verdict, not the end of a slice
+    if (!box_->failure().ok()) return r;  // the watchdog's verdict, not the end of a slice
     uint64_t f = FramesTotal();
     if (f != last_frames) {
       last_frames = f;
@@ -121,9 +136,15 @@ Status Destination::Handshake() {
   GM_RETURN_IF_ERROR(wire::CheckHello(hello.hello()));
   std::vector<std::string> caps = DecodeCapabilities();
   caps.push_back(wire::kCapKeepalive);
-  GM_RETURN_IF_ERROR(writer_.Send(wire::MakeHello(GPUMIGRATE_VERSION, caps)));
+  const bool can_resume = opt_.reaccept && opt_.resume_window > std::chrono::nanoseconds(0);
+  if (can_resume) caps.push_back(wire::kCapResume);
+  GM_RETURN_IF_ERROR(writer_->Send(wire::MakeHello(GPUMIGRATE_VERSION, caps)));
   for (const auto& cap : hello.hello().capabilities()) {
-    if (cap == wire::kCapKeepalive) live_->PeerSpeaksKeepalive();
+    if (cap == wire::kCapKeepalive) {
+      source_keepalive_ = true;
+      live_->PeerSpeaksKeepalive();
+    }
+    if (cap == wire::kCapResume) source_resumes_ = can_resume;
   }
   GM_ASSIGN_OR_RETURN(v1::Envelope m, Next("Manifest"));
   if (!m.has_manifest()) return Corrupt(fmt::format("protocol error: expected Manifest, got {}", wire::EnvelopeKind(m)));
@@ -172,7 +193,7 @@ Status Destination::CheckManifest(const v1::Manifest& m) {
 
 Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte> payload) {
   work_.fetch_add(payload.size() + 1, std::memory_order_relaxed);
-  box_.PeerProgressed();
+  box_->PeerProgressed();
   if (h.type == wire::FrameType::kDeviceState) return state_.Apply(h, payload);
   size_t idx = 0;
   while (regions_[idx].id != h.region) ++idx;  // checked to exist by the caller
@@ -186,10 +207,16 @@ Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte>
     if (h.round + 1 < last) continue;  // a newer copy already arrived on another stream
     if (h.type == wire::FrameType::kPages) {
       auto bytes = payload.subspan(off, len);
-      GM_RETURN_IF_ERROR(dev_.Write(r.id, h.offset + off, bytes));
+      if (Status w = dev_.Write(r.id, h.offset + off, bytes); !w.ok()) {
+        device_failed_ = true;  // not the link's fault: never resumed
+        return w;
+      }
       hashes_.Set(idx, page, HashPage(bytes));
     } else {
-      GM_RETURN_IF_ERROR(dev_.WriteZeros(r.id, h.offset + off, len));
+      if (Status w = dev_.WriteZeros(r.id, h.offset + off, len); !w.ok()) {
+        device_failed_ = true;
+        return w;
+      }
       hashes_.SetZero(idx, page);
     }
     last = h.round + 1;
@@ -203,7 +230,7 @@ Status Destination::WaitForFrames(const google::protobuf::RepeatedField<uint64_t
     return Corrupt(fmt::format("the source counts frames on {} streams, the session has {}", counts.size(),
                                streams_.data.size()));
   }
-  GM_RETURN_IF_ERROR(box_.WaitFor(
+  GM_RETURN_IF_ERROR(box_->WaitFor(
       [&] {
         for (size_t s = 0; s < streams_.data.size(); ++s) {
           if (receiver_->frames(s) < counts[static_cast<int>(s)]) return false;
@@ -249,13 +276,13 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
   const std::string step = StepName(at_);
   bool closed = false;
   // The liveness watchdog closed the streams: a broken stream is the echo of its reason.
-  if (Status f = box_.failure(); f.code() == StatusCode::kDeadlineExceeded && st.code() == StatusCode::kUnavailable) {
+  if (Status f = box_->failure(); f.code() == StatusCode::kDeadlineExceeded && st.code() == StatusCode::kUnavailable) {
     st = f;
   }
   if (outcome != Outcome::kCompleted && st.code() == StatusCode::kUnavailable) {
     // A stream that broke because the source aborted: report the source's reason;
     // one that broke with no Abort: say the source closed it, and when.
-    if (auto abort = box_.PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
+    if (auto abort = box_->PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
       st = Aborted(fmt::format("{} (source aborted in phase {}: {})", st.message(), abort->phase(), abort->reason()));
       tell_peer = false;
     } else {
@@ -263,11 +290,11 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
       closed = true;
     }
   }
-  if (tell_peer) (void)writer_.Send(wire::MakeAbort(st.message(), step));
+  if (tell_peer) (void)writer_->Send(wire::MakeAbort(st.message(), step));
   Shutdown();
   if (outcome != Outcome::kCompleted && prepared_) outcome = Outcome::kInDoubt;
   report_.outcome = outcome;
-  report_.bytes_sent = receiver_ ? receiver_->bytes_received() : 0;
+  report_.bytes_sent = BytesReceived();
   if (outcome == Outcome::kInDoubt) {
     report_.failed_phase = at_;
     report_.status = Status(StatusCode::kInDoubt, fmt::format("prepared but no commit arrived ({}): outcome in doubt",
@@ -297,30 +324,27 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
 
 // Handshake, the device's LoadSetup hook, RESUMING, receivers, Ready.
 Status Destination::Start() {
-  reader_ = std::make_unique<ControlReader>(streams_.control, &box_, nullptr);
-  live_ = SessionLiveness(writer_, box_, clock_, streams_, LivenessOf(opt_, "the source"),
-                          [this] { return work_.load(std::memory_order_relaxed); });
+  StartControl();
   At({Step::kHandshake});
   EnterPhase(Phase::kHandshake, 0);
   GM_RETURN_IF_ERROR(Handshake());
   GM_RETURN_IF_ERROR(dev_.LoadSetup().WithContext("device setup"));
   GM_RETURN_IF_ERROR(dev_.SetState(DeviceState::kResuming));
   resuming_ = true;
-  receiver_ = std::make_unique<FrameReceiver>(
-      streams_.data, keys_, max_payload_, &regions_,
-      [this](const wire::FrameHeader& h, std::span<const std::byte> raw) { return Apply(h, raw); }, &box_);
-  receiver_->Start();
+  StartReceiver();
   v1::Envelope ready;
   ready.mutable_ready()->set_setup_note(dev_.SetupNote());
-  return writer_.Send(ready);
+  return writer_->Send(ready);
 }
 
 Status Destination::OnRoundEnd(const v1::RoundEnd& end) {
   rounds_ = end.round() + 1;
   GM_RETURN_IF_ERROR(WaitForFrames(end.frames_per_stream(), "the round's frames"));
+  ++rounds_applied_;
+  bytes_applied_ = BytesReceived();
   v1::Envelope applied;
   applied.mutable_round_applied()->set_round(end.round());
-  GM_RETURN_IF_ERROR(writer_.Send(applied));
+  GM_RETURN_IF_ERROR(writer_->Send(applied));
   EnterPhase(Phase::kRoundEnd, end.round());
   At({Step::kPreCopy, rounds_});
   return Status::Ok();
@@ -332,10 +356,93 @@ Status Destination::OnPrepare(const v1::Prepare& p) {
   GM_RETURN_IF_ERROR(Prepare(p));
   v1::Envelope ok;
   ok.mutable_prepared();
-  GM_RETURN_IF_ERROR(writer_.Send(ok));
+  GM_RETURN_IF_ERROR(writer_->Send(ok));
   prepared_ = true;
   At({Step::kCommit});
   EnterPhase(Phase::kPreparedSent, p.final_round());
+  return Status::Ok();
+}
+
+// Pre-copy only (no Prepare seen): a broken connection, not an Abort, a bad
+// frame or a device error, with a source that said it will reconnect.
+bool Destination::Resumable(const Status& st) const {
+  if (!source_resumes_ || prepared_ || at_.step != Step::kPreCopy || device_failed_.load()) return false;
+  if (opt_.cancel && opt_.cancel->load()) return false;
+  return st.code() == StatusCode::kUnavailable || box_->failure().code() == StatusCode::kDeadlineExceeded;
+}
+
+void Destination::StopLink() {
+  Shutdown();
+  frames_applied_.clear();
+  for (size_t st = 0; st < streams_.data.size(); ++st) frames_applied_.push_back(receiver_->frames(st));
+  link_bytes_before_ += receiver_->bytes_received();
+  receiver_.reset();
+  live_.reset();
+}
+
+// One connection's parts on streams_: the control reader and liveness, then
+// (once the keys are known) the frame receiver.
+void Destination::StartControl() {
+  reader_ = std::make_unique<ControlReader>(streams_.control, box_.get(), nullptr);
+  live_ = SessionLiveness(*writer_, *box_, clock_, streams_, LivenessOf(opt_, "the source"),
+                          [this] { return work_.load(std::memory_order_relaxed); });
+}
+
+void Destination::StartReceiver() {
+  receiver_ = std::make_unique<FrameReceiver>(
+      streams_.data, keys_, max_payload_, &regions_,
+      [this](const wire::FrameHeader& h, std::span<const std::byte> raw) { return Apply(h, raw); }, box_.get());
+  receiver_->Start();
+}
+
+// Resumable pre-copy, destination side: the device stays RESUMING with every
+// page applied so far (a page of the broken round that arrived is kept; the
+// source sends it again under a newer round if it cannot be sure), and the
+// source's new connection is awaited for the resume window.
+Status Destination::Resume(Status st) {
+  // A source that aborts sends Abort before it closes: not a fault to resume.
+  if (auto abort = box_->PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
+    return Aborted(fmt::format("source aborted in phase {}: {}", abort->phase(), abort->reason()));
+  }
+  if (Status f = box_->failure(); f.code() == StatusCode::kDeadlineExceeded) st = f;  // the watchdog's reason
+  const auto t = clock_.Now();
+  const uint32_t round = at_.round;
+  EnterPhase(Phase::kReconnecting, round);
+  StopLink();
+  auto re = opt_.reaccept(opt_.resume_window);
+  if (!re.ok()) {
+    return Status(st.code(), fmt::format("{}; the source did not resume within {:.0f} s: {}", st.message(),
+                                         std::chrono::duration<double>(opt_.resume_window).count(),
+                                         re.status().message()));
+  }
+  if (re->streams.control == nullptr || re->streams.data.size() != streams_.data.size()) {
+    return InvalidArgument(fmt::format("resume: the new connection has {} data streams, the session {}",
+                                       re->streams.data.size(), streams_.data.size()));
+  }
+  if (keys_.aes_gcm != re->aes_key.has_value()) {
+    return InvalidArgument(keys_.aes_gcm ? "resume: the session is encrypted but the new connection has no key"
+                                         : "resume: the session is integrity-only but the new connection is keyed");
+  }
+  if (re->aes_key) keys_.aes_key = *re->aes_key;
+  streams_ = re->streams;
+  box_ = std::make_unique<Mailbox>(clock_);
+  writer_ = std::make_unique<ControlWriter>(streams_.control, clock_);
+  StartControl();
+  if (source_keepalive_) live_->PeerSpeaksKeepalive();
+  StartReceiver();
+  GM_ASSIGN_OR_RETURN(v1::Envelope env, Next("Resume"));
+  if (!env.has_resume()) {
+    return Corrupt(fmt::format("protocol error: expected Resume on the new connection, got {}", wire::EnvelopeKind(env)));
+  }
+  GM_RETURN_IF_ERROR(writer_->Send(wire::MakeResumed(rounds_applied_, frames_applied_)).WithContext("resume"));
+  MigrationReport::Resumption x;
+  x.round = round;
+  x.reason = st.message();
+  x.saved_bytes = bytes_applied_;
+  x.reconnect_ms = MsBetween(t, clock_.Now());
+  report_.resumptions.push_back(x);
+  EnterPhase(Phase::kResumed, env.resume().next_round());
+  At({Step::kPreCopy, env.resume().next_round()});
   return Status::Ok();
 }
 
@@ -353,14 +460,16 @@ MigrationReport Destination::Run() {
   At({Step::kPreCopy, 0});
   while (true) {
     auto env = Next(prepared_ ? "Commit" : "RoundEnd or Prepare");
-    if (!env.ok()) return Teardown(Outcome::kAborted, env.status(), !prepared_);
-    if (env->has_abort()) {
+    Status st;
+    bool tell_peer = true;
+    if (!env.ok()) {
+      st = env.status();
+      tell_peer = !prepared_;
+    } else if (env->has_abort()) {
       return Teardown(Outcome::kAborted,
                       Aborted(fmt::format("source aborted in phase {}: {}", env->abort().phase(), env->abort().reason())),
                       false);
-    }
-    Status st;
-    if (env->has_round_end() && !prepared_) {
+    } else if (env->has_round_end() && !prepared_) {
       st = OnRoundEnd(env->round_end());
     } else if (env->has_prepare() && !prepared_) {
       st = OnPrepare(env->prepare());
@@ -369,16 +478,21 @@ MigrationReport Destination::Run() {
     } else {
       st = Corrupt(fmt::format("protocol error: unexpected {}", wire::EnvelopeKind(*env)));
     }
-    if (!st.ok()) return Teardown(Outcome::kAborted, st, true);
+    if (st.ok()) continue;
+    if (Resumable(st)) {
+      st = Resume(std::move(st));
+      if (st.ok()) continue;
+    }
+    return Teardown(Outcome::kAborted, st, tell_peer);
   }
   EnterPhase(Phase::kCommitReceived, rounds_);
   if (Status st = dev_.SetState(DeviceState::kRunning); !st.ok()) return Teardown(Outcome::kAborted, st, false);
   v1::Envelope running;
   running.mutable_running();
   // The device runs here now either way; a lost Running leaves the source in doubt, not us.
-  (void)writer_.Send(running);
+  (void)writer_->Send(running);
   // Let the source read Running before the streams close: wait for its close.
-  (void)box_.Next(clock_.Now() + std::chrono::seconds(5), nullptr, "the source to close", /*hard_deadline=*/true);
+  (void)box_->Next(clock_.Now() + std::chrono::seconds(5), nullptr, "the source to close", /*hard_deadline=*/true);
   return Teardown(Outcome::kCompleted, Status::Ok(), false);
 }
 

@@ -96,6 +96,8 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
     lane.queue.push_back(std::move(frame));
     cv_.notify_all();
   }
+  last_stream_ = static_cast<uint32_t>(s);
+  last_sequence_ = frames_[s];
   ++frames_[s];
   bytes_ += total;
   stream_bytes_[s] += total;

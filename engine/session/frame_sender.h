@@ -49,6 +49,9 @@ class FrameSender {
   Status Flush();
 
   uint64_t bytes_sent() const { return bytes_.load(std::memory_order_relaxed); }  // any thread
+  // The stream and sequence number the last Send() gave its frame.
+  uint32_t last_stream() const { return last_stream_; }
+  uint64_t last_sequence() const { return last_sequence_; }
   const std::vector<uint64_t>& frames_per_stream() const { return frames_; }
   const std::vector<uint64_t>& bytes_per_stream() const { return stream_bytes_; }
 
@@ -65,6 +68,8 @@ class FrameSender {
   std::unique_ptr<FrameProtector> protector_;
   std::vector<std::byte> sealed_;
   std::vector<uint64_t> frames_;  // == next sequence number per stream
+  uint32_t last_stream_ = 0;
+  uint64_t last_sequence_ = 0;
   std::vector<uint64_t> stream_bytes_;
   size_t next_stream_ = 0;
   bool pinned_ = false;

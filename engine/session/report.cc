@@ -21,6 +21,8 @@ std::string_view PhaseName(Phase p) {
     case Phase::kPrepareReceived: return "prepare-received";
     case Phase::kPreparedSent: return "prepared-sent";
     case Phase::kCommitReceived: return "commit-received";
+    case Phase::kReconnecting: return "reconnecting";
+    case Phase::kResumed: return "resumed";
   }
   return "unknown";
 }
@@ -113,6 +115,18 @@ std::string ReportToJson(const MigrationReport& r) {
                        {"bytes_per_s", std::round(st.bytes_per_s)}});
   }
   j["streams"] = streams;
+  nlohmann::ordered_json resumptions = nlohmann::ordered_json::array();
+  uint64_t saved = 0;
+  for (const auto& x : r.resumptions) {
+    resumptions.push_back({{"round", x.round},
+                           {"reason", x.reason},
+                           {"reconnect_ms", Round3(x.reconnect_ms)},
+                           {"saved_bytes", x.saved_bytes},
+                           {"resent_bytes", x.resent_bytes}});
+    saved += x.saved_bytes;
+  }
+  j["resumptions"] = resumptions;
+  j["resume_saved_bytes"] = saved;
   if (r.dry_run) {
     j["dry_run"] = true;
     j["would_switch"] = r.would_switch;

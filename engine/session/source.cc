@@ -36,6 +36,11 @@ namespace {
 
 namespace v1 = wire::v1;
 
+// What the source records for a page the destination may or may not hold: no
+// page hashes to it (XXH3-64 of a page equal to it has odds of 2^-64, and would
+// show as a digest mismatch at Prepare, never as a wrong page).
+constexpr uint64_t kUnknownPageHash = 0x5eed0f0f0f0f0f0full;
+
 v1::RegionHint ToWire(RegionHint h) {
   switch (h) {
     case RegionHint::kStatic: return v1::REGION_HINT_STATIC;
@@ -48,8 +53,9 @@ class Source {
  public:
   Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
       : dev_(dev), streams_(streams), opt_(opt), clock_(opt.clock ? *opt.clock : SystemClock()),
-        regions_(dev.Regions()), hashes_(regions_), box_(clock_), writer_(streams.control, clock_),
-        t0_(clock_.Now()) {
+        regions_(dev.Regions()), hashes_(regions_), box_(std::make_unique<Mailbox>(clock_)),
+        writer_(std::make_unique<ControlWriter>(streams.control, clock_)), t0_(clock_.Now()) {
+    aes_key_ = opt.aes_key;
     session_id_ = opt.session_id;
     if (session_id_ == 0) {
       std::random_device rd;
@@ -85,6 +91,11 @@ class Source {
   void Statistics();
 
   Status Handshake();
+  void StartLink();
+  void StopLink();
+  bool Resumable(const Status& st) const;
+  Status Resume(Status st, uint32_t failed_round);
+  uint64_t BytesSent() const { return link_bytes_before_ + (sender_ ? sender_->bytes_sent() : 0); }
   Status ChooseCodecs(const wire::v1::Hello& peer);
   Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
@@ -127,8 +138,10 @@ class Source {
   std::vector<DirtyBitmap> sets_;  // pages to send next, per region
   PageHashes hashes_;
   uint64_t session_id_;
-  Mailbox box_;
-  ControlWriter writer_;
+  // One connection's parts: replaced together when a broken connection is
+  // resumed over a new one (StopLink, StartLink).
+  std::unique_ptr<Mailbox> box_;
+  std::unique_ptr<ControlWriter> writer_;
   std::unique_ptr<ControlReader> reader_;
   std::unique_ptr<FrameSender> sender_;
   std::unique_ptr<StateStreamSender> state_;  // the device's own state, blob or stream
@@ -150,6 +163,33 @@ class Source {
   FrameEncoder encoder_;
   std::vector<std::byte> encoded_;
   std::vector<PageRun> unknown_;
+  // Resumable pre-copy.
+  std::optional<std::array<std::byte, 32>> aes_key_;  // this connection's data key
+  // The frames of the round the destination has not confirmed yet, each with its
+  // pages: after a break, those of frames it had not applied go again.
+  // 32 bytes per frame of the round in flight, cleared when it is confirmed.
+  struct SentRun {
+    uint64_t sequence = 0;
+    uint64_t first_page = 0;
+    uint32_t pages = 0;
+    uint32_t region = 0;  // index in regions_
+    uint16_t stream = 0;
+    bool zero = false;    // a kZeroPages frame: no page bytes
+    uint64_t Bytes(const std::vector<RegionInfo>& regions) const { return zero ? 0 : pages * regions[region].page_size; }
+  };
+  std::vector<SentRun> unconfirmed_;
+  void NoteSent(size_t region, uint64_t first_page, uint64_t pages, bool zero) {
+    unconfirmed_.push_back({sender_->last_sequence(), first_page, static_cast<uint32_t>(pages),
+                            static_cast<uint32_t>(region), static_cast<uint16_t>(sender_->last_stream()), zero});
+  }
+  bool peer_resumes_ = false;             // the destination's Hello listed `resume`
+  bool peer_keepalive_ = false;
+  bool device_failed_ = false;            // a device read failed: not the link's fault, not resumable
+  uint32_t confirmed_rounds_ = 0;         // rounds the destination confirmed (RoundApplied)
+  uint64_t confirmed_bytes_ = 0;          // page bytes sent with data in those rounds
+  uint64_t link_bytes_before_ = 0;        // bytes sent over earlier connections
+  std::vector<uint64_t> prior_stream_bytes_, prior_stream_frames_;
+  std::optional<uint32_t> resumed_round_;  // the round that carries on after a resumption
 };
 
 // Picks each region's codec: the one asked for, or with `auto` the one a sample
@@ -183,13 +223,13 @@ Status Source::ChooseCodecs(const wire::v1::Hello& peer) {
 Status Source::Interrupted() {
   if (opt_.cancel && opt_.cancel->load()) return Aborted("cancelled by the user");
   if (peer_aborted_.load()) return Unavailable("destination aborted");
-  Status f = box_.failure();
+  Status f = box_->failure();
   if (!f.ok()) return f;
   return Status::Ok();
 }
 
 Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what) {
-  GM_ASSIGN_OR_RETURN(v1::Envelope env, box_.Next(clock_.Now() + opt_.peer_timeout, opt_.cancel, what));
+  GM_ASSIGN_OR_RETURN(v1::Envelope env, box_->Next(clock_.Now() + opt_.peer_timeout, opt_.cancel, what));
   if (env.has_abort()) {
     return Aborted(fmt::format("destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
   }
@@ -200,11 +240,19 @@ Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what)
 }
 
 Status Source::Handshake() {
-  GM_RETURN_IF_ERROR(writer_.Send(wire::MakeHello(GPUMIGRATE_VERSION, {wire::kCapKeepalive})));
+  std::vector<std::string> caps = {wire::kCapKeepalive};
+  // A device whose state is one stream cannot send any of it twice.
+  const bool can_resume = opt_.reconnect && opt_.resume_window > std::chrono::nanoseconds(0) && !dev_.StreamsState();
+  if (can_resume) caps.push_back(wire::kCapResume);
+  GM_RETURN_IF_ERROR(writer_->Send(wire::MakeHello(GPUMIGRATE_VERSION, caps)));
   GM_ASSIGN_OR_RETURN(v1::Envelope peer, Await(v1::Envelope::kHello, "Hello"));
   GM_RETURN_IF_ERROR(wire::CheckHello(peer.hello()));
   for (const auto& cap : peer.hello().capabilities()) {
-    if (cap == wire::kCapKeepalive) live_->PeerSpeaksKeepalive();
+    if (cap == wire::kCapKeepalive) {
+      peer_keepalive_ = true;
+      live_->PeerSpeaksKeepalive();
+    }
+    if (cap == wire::kCapResume) peer_resumes_ = can_resume;
   }
   GM_RETURN_IF_ERROR(ChooseCodecs(peer.hello()));
 
@@ -223,7 +271,7 @@ Status Source::Handshake() {
     w->set_page_size(r.page_size);
     w->set_hint(ToWire(r.hint));
   }
-  GM_RETURN_IF_ERROR(writer_.Send(env));
+  GM_RETURN_IF_ERROR(writer_->Send(env));
   GM_ASSIGN_OR_RETURN(v1::Envelope ready, Await(v1::Envelope::kReady, "Ready"));
   if (ready.ready().setup_note().size() > 4096) return Corrupt("Ready: the destination's setup note exceeds 4 KiB");
   return dev_.SetPeerSetupNote(ready.ready().setup_note()).WithContext("device setup");
@@ -239,7 +287,7 @@ void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t do
   pr.round = round;
   pr.round_bytes_total = total;
   pr.round_bytes_done = done;
-  pr.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
+  pr.bytes_sent = BytesSent();
   pr.elapsed_s = MsBetween(t0_, now) / 1e3;
   opt_.on_progress(pr);
 }
@@ -268,7 +316,10 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         uint64_t off = p * ps;
         uint64_t len = std::min(n * ps, r.size_bytes - off);
         buf_.resize(len);
-        GM_RETURN_IF_ERROR(dev_.Read(r.id, off, buf_).WithContext(fmt::format("read region {}", r.name)));
+        if (Status rd = dev_.Read(r.id, off, buf_); !rd.ok()) {
+          device_failed_ = true;
+          return rd.WithContext(fmt::format("read region {}", r.name));
+        }
         live_->Worked(len);  // progress even when nothing needs sending (pages the destination holds)
         pages.Classify(buf_, ps);
         for (const PageRun& whole : pages.runs()) {
@@ -286,6 +337,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
               rr.zero_pages += run.pages;
               GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
                                                static_cast<uint32_t>(run.length_bytes), {}));
+              if (!rr.final) NoteSent(i, p + run.first_page, run.pages, true);
             } else {
               rr.pages_sent += run.pages;
               auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
@@ -296,6 +348,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
               GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
                                                static_cast<uint32_t>(run.length_bytes), payload,
                                                static_cast<uint8_t>(used)));
+              if (!rr.final) NoteSent(i, p + run.first_page, run.pages, false);
             }
           }
           for (uint64_t k = whole.first_page; k < whole.first_page + whole.pages; ++k) {
@@ -358,7 +411,7 @@ Status Source::Explain(Status st) {
   const std::string step = StepName(at_);
   const bool peer_first = peer_aborted_.load();
   if (peer_first || st.code() == StatusCode::kUnavailable) {
-    if (auto abort = box_.PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
+    if (auto abort = box_->PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
       std::string peer = fmt::format("destination aborted in phase {}: {}", abort->phase(), abort->reason());
       if (peer_first) return Aborted(peer).WithContext(fmt::format("migration aborted in {}", step));
       return Aborted(fmt::format("the destination closed the connection during {}: {} (here: {})", step, peer,
@@ -375,7 +428,7 @@ Status Source::Explain(Status st) {
 // source to RUNNING with its memory untouched.
 void Source::RollBack(Status st) {
   st = report_.dry_run ? Status::Ok() : Explain(std::move(st));
-  (void)writer_.Send(wire::MakeAbort(report_.dry_run ? "dry run complete: the probe stops before switchover"
+  (void)writer_->Send(wire::MakeAbort(report_.dry_run ? "dry run complete: the probe stops before switchover"
                                                            : st.message(),
                                            report_.dry_run ? "dry run" : StepName(at_)));
   CloseAll();
@@ -412,7 +465,7 @@ void Source::RollBack(Status st) {
 MigrationReport Source::Teardown(Outcome outcome, Status st) {
   report_.outcome = outcome;
   // The liveness watchdog closed the streams: a broken stream is the echo of its reason.
-  if (Status f = box_.failure(); f.code() == StatusCode::kDeadlineExceeded && st.code() == StatusCode::kUnavailable) {
+  if (Status f = box_->failure(); f.code() == StatusCode::kDeadlineExceeded && st.code() == StatusCode::kUnavailable) {
     st = f;
   }
   switch (outcome) {
@@ -444,7 +497,7 @@ MigrationReport Source::Teardown(Outcome outcome, Status st) {
       Statistics();
       break;
   }
-  report_.bytes_sent = sender_ ? sender_->bytes_sent() : 0;
+  report_.bytes_sent = BytesSent();
   const Outcome fate = CleanupFor(outcome, opt_.fate);
   if (fate == Outcome::kCompleted) Scrub(dev_, opt_.scrub, clock_, report_);
   report_.source_cleanup = dev_.SaveCleanup(fate);
@@ -467,8 +520,8 @@ void Source::Statistics() {
   for (size_t i = 0; i < sender_->frames_per_stream().size(); ++i) {
     MigrationReport::StreamStat st;
     st.stream = static_cast<uint32_t>(i);
-    st.frames = sender_->frames_per_stream()[i];
-    st.bytes = sender_->bytes_per_stream()[i];
+    st.frames = sender_->frames_per_stream()[i] + (i < prior_stream_frames_.size() ? prior_stream_frames_[i] : 0);
+    st.bytes = sender_->bytes_per_stream()[i] + (i < prior_stream_bytes_.size() ? prior_stream_bytes_[i] : 0);
     st.bytes_per_s = total_ms > 0 ? static_cast<double>(st.bytes) / (total_ms / 1e3) : 0;
     report_.streams.push_back(st);
   }
@@ -505,23 +558,48 @@ Status Source::CheckReady() {
   return Status::Ok();
 }
 
-Status Source::Start() {
+// One connection's parts on streams_: the frame sender (keys of this
+// connection), the device-state sender, the control reader and liveness.
+void Source::StartLink() {
   FrameKeys keys;
   keys.integrity_key = session_id_;
-  if (opt_.aes_key) {
+  if (aes_key_) {
     keys.aes_gcm = true;
-    keys.aes_key = *opt_.aes_key;
+    keys.aes_key = *aes_key_;
   }
   sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
   state_ = std::make_unique<StateStreamSender>(dev_, *sender_, opt_.max_frame_payload_bytes);
-  if (opt_.continuation) (void)sender_->ContinueFrom(opt_.continuation->frames_per_stream);  // checked in CheckReady
-  reader_ = std::make_unique<ControlReader>(streams_.control, &box_, [this](const v1::Abort&) {
+  reader_ = std::make_unique<ControlReader>(streams_.control, box_.get(), [this](const v1::Abort&) {
     // Stop sending at once; Teardown picks up the reason from the mailbox.
     peer_aborted_ = true;
     for (Stream* s : streams_.data) s->Close();
   });
-  live_ = SessionLiveness(writer_, box_, clock_, streams_, LivenessOf(opt_, "the destination"),
-                          [this] { return sender_->bytes_sent(); });
+  live_ = SessionLiveness(*writer_, *box_, clock_, streams_, LivenessOf(opt_, "the destination"),
+                          [this] { return BytesSent(); });
+}
+
+// Stops the broken connection's threads and closes its streams; its byte and
+// frame counts are kept for the report.
+void Source::StopLink() {
+  CloseAll();
+  reader_.reset();
+  live_.reset();
+  const auto& frames = sender_->frames_per_stream();
+  const auto& bytes = sender_->bytes_per_stream();
+  prior_stream_frames_.resize(frames.size(), 0);
+  prior_stream_bytes_.resize(bytes.size(), 0);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    prior_stream_frames_[i] += frames[i];
+    prior_stream_bytes_[i] += bytes[i];
+  }
+  link_bytes_before_ += sender_->bytes_sent();
+  state_.reset();
+  sender_.reset();
+}
+
+Status Source::Start() {
+  StartLink();
+  if (opt_.continuation) (void)sender_->ContinueFrom(opt_.continuation->frames_per_stream);  // checked in CheckReady
   at_ = {Step::kHandshake};
   EnterPhase(Phase::kHandshake, 0);
   GM_RETURN_IF_ERROR(Handshake());
@@ -530,6 +608,88 @@ Status Source::Start() {
   GM_RETURN_IF_ERROR(tracker_->Start());
   tracking_ = true;
   for (auto& s : sets_) s.SetAll();
+  return Status::Ok();
+}
+
+// A pre-copy step that failed because the connection broke (a reset, a closed
+// stream, the watchdog's silence verdict) can be carried on over a new one; an
+// Abort from the destination, a device error, a cancel, or a protocol error cannot.
+bool Source::Resumable(const Status& st) const {
+  if (!peer_resumes_ || device_failed_ || peer_aborted_.load()) return false;
+  if (opt_.cancel && opt_.cancel->load()) return false;
+  if (report_.resumptions.size() >= opt_.max_resumes) return false;
+  return st.code() == StatusCode::kUnavailable || box_->failure().code() == StatusCode::kDeadlineExceeded;
+}
+
+// Resumable pre-copy, source side. The device keeps running and its tracker
+// keeps logging throughout. The pages of the round the destination had not
+// confirmed go again (their hashes are forgotten, so the carrying-on round does
+// not skip them); what was dirtied meanwhile is in the tracker for the next sync.
+Status Source::Resume(Status st, uint32_t failed_round) {
+  if (!Resumable(st)) return st;
+  // A destination that aborts sends Abort before it closes: the broken stream
+  // may be only the echo of that decision, which is not resumed.
+  if (box_->PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
+    peer_aborted_ = true;
+    return st;
+  }
+  if (Status f = box_->failure(); f.code() == StatusCode::kDeadlineExceeded) st = f;  // the watchdog's reason
+  const auto t = clock_.Now();
+  EnterPhase(Phase::kReconnecting, failed_round);
+  StopLink();
+  auto re = opt_.reconnect(opt_.resume_window);
+  if (!re.ok()) {
+    return Status(st.code(), fmt::format("{}; resuming over a new connection failed within {:.0f} s: {}",
+                                         st.message(), std::chrono::duration<double>(opt_.resume_window).count(),
+                                         re.status().message()));
+  }
+  if (re->streams.control == nullptr || re->streams.data.size() != streams_.data.size()) {
+    return InvalidArgument(fmt::format("resume: the new connection has {} data streams, the session {}",
+                                       re->streams.data.size(), streams_.data.size()));
+  }
+  streams_ = re->streams;
+  aes_key_ = re->aes_key;
+  box_ = std::make_unique<Mailbox>(clock_);
+  writer_ = std::make_unique<ControlWriter>(streams_.control, clock_);
+  StartLink();
+  if (peer_keepalive_) live_->PeerSpeaksKeepalive();
+  GM_RETURN_IF_ERROR(writer_->Send(wire::MakeResume(failed_round + 1, confirmed_rounds_)).WithContext("resume"));
+  GM_ASSIGN_OR_RETURN(v1::Envelope back, Await(v1::Envelope::kResumed, "Resumed"));
+  const v1::Resumed& got = back.resumed();
+  MigrationReport::Resumption x;
+  x.round = failed_round;
+  x.reason = st.message();
+  x.saved_bytes = confirmed_bytes_;
+  if (got.rounds_applied() > confirmed_rounds_ + 1) {
+    return Corrupt(fmt::format("resume: the destination says it applied {} rounds, only {} were sent",
+                               got.rounds_applied(), confirmed_rounds_ + 1));
+  }
+  if (got.rounds_applied() == confirmed_rounds_ + 1) {
+    // The destination applied the broken round whole; only its confirmation was lost.
+    ++confirmed_rounds_;
+    for (const SentRun& run : unconfirmed_) x.saved_bytes += run.Bytes(regions_);
+  } else {
+    if (static_cast<size_t>(got.frames_applied_size()) != streams_.data.size()) {
+      return Corrupt(fmt::format("resume: the destination counts frames on {} streams, the session has {}",
+                                 got.frames_applied_size(), streams_.data.size()));
+    }
+    // Each stream's frames were applied in order: those past its count go again,
+    // and their hashes are forgotten so that the carrying-on round does not skip them.
+    for (const SentRun& run : unconfirmed_) {
+      if (run.sequence < got.frames_applied(static_cast<int>(run.stream))) {
+        x.saved_bytes += run.Bytes(regions_);
+        continue;
+      }
+      sets_[run.region].SetRange(run.first_page, run.pages);
+      for (uint64_t q = run.first_page; q < run.first_page + run.pages; ++q) hashes_.Set(run.region, q, kUnknownPageHash);
+      x.resent_bytes += run.pages * regions_[run.region].page_size;
+    }
+  }
+  unconfirmed_.clear();
+  resumed_round_ = failed_round + 1;
+  x.reconnect_ms = MsBetween(t, clock_.Now());
+  report_.resumptions.push_back(x);
+  EnterPhase(Phase::kResumed, failed_round + 1);
   return Status::Ok();
 }
 
@@ -543,11 +703,16 @@ Status Source::RunRound(uint32_t round) {
   rr.round = round;
   auto rs = clock_.Now();
   const uint64_t sent_before = sender_->bytes_sent();
-  GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound(), rr));
+  // Round 0 skips what the destination holds (zeros, or an earlier part's pages),
+  // and so does the round that carries on after a resumption.
+  GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound() || round == resumed_round_, rr));
   GM_RETURN_IF_ERROR(state_->SendAvailable(round));  // a streaming device's pre-copy state
   rr.bytes = sender_->bytes_sent() - sent_before;    // the rule's bandwidth sample counts both
-  GM_RETURN_IF_ERROR(writer_.Send(wire::MakeRoundEnd(round, sender_->frames_per_stream())));
+  GM_RETURN_IF_ERROR(writer_->Send(wire::MakeRoundEnd(round, sender_->frames_per_stream())));
   GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied").status());
+  ++confirmed_rounds_;
+  confirmed_bytes_ += rr.raw_bytes;
+  unconfirmed_.clear();
   rr.ms = MsBetween(rs, clock_.Now());
   report_.rounds.push_back(rr);
   EnterPhase(Phase::kRoundEnd, round);
@@ -580,7 +745,12 @@ Status Source::PreCopy() {
   std::vector<uint64_t> dirty_history;
   uint32_t held = 0;  // rounds run because may_switch held the switchover: not counted toward max_rounds
   for (uint32_t round = FirstRound();; ++round) {
-    GM_RETURN_IF_ERROR(RunRound(round));
+    if (Status st = RunRound(round); !st.ok()) {
+      // A broken connection: carried on over a new one when both sides can, and
+      // the round numbers go on (a newer round's pages win at the destination).
+      GM_RETURN_IF_ERROR(Resume(std::move(st), round));
+      continue;
+    }
     uint64_t dirty = 0;
     GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
@@ -639,7 +809,7 @@ Status Source::Switchover() {
       TimePhase(Step::kStopDevice, bd.stop_device_ms, [&] { return dev_.SetState(DeviceState::kStop); }));
   return TimePhase(Step::kPrepare, bd.prepare_verify_ms, [&] {
     if (opt_.before_prepare) GM_RETURN_IF_ERROR(opt_.before_prepare(hashes_.All()));
-    GM_RETURN_IF_ERROR(writer_.Send(PrepareMessage(state_bytes)));
+    GM_RETURN_IF_ERROR(writer_->Send(PrepareMessage(state_bytes)));
     EnterPhase(Phase::kPrepareSent, final_round_);
     GM_RETURN_IF_ERROR(Await(v1::Envelope::kPrepared, "Prepared").status());
     EnterPhase(Phase::kPreparedReceived, final_round_);
@@ -666,7 +836,7 @@ Status Source::Commit() {
   GM_RETURN_IF_ERROR(TimePhase(Step::kCommit, report_.stun_breakdown_ms.commit_resume_ms, [&] {
     v1::Envelope commit;
     commit.mutable_commit();
-    GM_RETURN_IF_ERROR(writer_.Send(commit));
+    GM_RETURN_IF_ERROR(writer_->Send(commit));
     EnterPhase(Phase::kCommitSent, final_round_);
     GM_RETURN_IF_ERROR(Await(v1::Envelope::kRunning, "Running").status());
     // A checkpoint of a live device: it runs on here, and the stun ends when it does.

@@ -97,6 +97,16 @@ struct MigrationReport {
   bool scrubbed = false;
   double scrub_ms = 0;
   std::string scrub;                 // "" when no scrub was due (not completed, resumed, held)
+  // Resumable pre-copy: each time the connection broke before the switchover and
+  // the session went on over a new one instead of starting again.
+  struct Resumption {
+    uint32_t round = 0;          // the pre-copy round the connection broke in
+    std::string reason;          // why it broke
+    double reconnect_ms = 0;     // from the break to the session going on
+    uint64_t saved_bytes = 0;    // bytes in rounds the destination had confirmed: what a restart would resend
+    uint64_t resent_bytes = 0;   // page bytes of the unconfirmed round that had to go again
+  };
+  std::vector<Resumption> resumptions;
   bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
   bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };

@@ -57,6 +57,10 @@ enum class Phase {
   kPrepareReceived,
   kPreparedSent,
   kCommitReceived,
+  // Either side, resumable pre-copy: the connection broke (round = the round it
+  // broke in) and a new one is being joined; then the session goes on over it.
+  kReconnecting,
+  kResumed,
 };
 std::string_view PhaseName(Phase p);
 
@@ -89,6 +93,17 @@ struct SessionContinuation {
   std::vector<uint64_t> frames_per_stream;             // sequence numbers go on from these
   std::vector<std::vector<uint64_t>> page_hashes;      // per region (Regions() order), per page (HashPage)
 };
+
+// Resumable pre-copy: a new connection of the same session, joined after the
+// old one broke (the transport proved it is the same peer). Streams are
+// borrowed: the caller keeps them alive until the session returns.
+struct Reconnected {
+  SessionStreams streams;
+  std::optional<std::array<std::byte, 32>> aes_key;  // the new connection's data key (TLS); unset: integrity only
+};
+// Joins that connection within `window` (the source connects, the destination
+// accepts), or says why it could not.
+using Reconnect = std::function<Result<Reconnected>(std::chrono::nanoseconds window)>;
 
 struct SourceOptions {
   std::chrono::nanoseconds downtime_target = 300ms;  // switch over when the predicted stun is within this
@@ -144,6 +159,16 @@ struct SourceOptions {
   // page the destination now holds (per region, Regions() order): what a later
   // continuation starts from. An error aborts the session (rolled back).
   std::function<Status(const std::vector<std::vector<uint64_t>>& page_hashes)> before_prepare;
+  // Resumable pre-copy. Set, and the destination's Hello lists `resume`: when the
+  // connection breaks before the switchover (a reset, a silent link; not an
+  // Abort, a device error or a cancel), the device keeps running and its
+  // tracking going, `reconnect` joins a new connection within resume_window,
+  // and pre-copy goes on with what the destination had not confirmed plus what
+  // was dirtied since. At most max_resumes times; a device whose state is one
+  // stream (VFIO) cannot resume. After STOP_COPY the rules above stand.
+  Reconnect reconnect;
+  std::chrono::nanoseconds resume_window = 60s;
+  uint32_t max_resumes = 10;
 
   SwitchoverLimits Limits() const {
     return {downtime_target, max_stun, switchover_fixed_cost, max_rounds, switch_when_not_converging};
@@ -161,6 +186,12 @@ struct DestinationOptions {
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(Phase, uint32_t round)> on_phase;
   Clock* clock = nullptr;                            // nullptr: SystemClock(). Borrowed
+  // Resumable pre-copy: set, and the source's Hello lists `resume`: when the
+  // connection breaks before Prepare, the device stays RESUMING with what it
+  // applied and `reaccept` waits resume_window for the source's new connection
+  // (the transport checks it proves the same session) before discarding.
+  Reconnect reaccept;
+  std::chrono::nanoseconds resume_window = 60s;
 };
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options);

@@ -33,7 +33,7 @@ start_receiver() {  # start_receiver NAME DEVICE [ENV=VALUE...]: sets $port and 
   local name=$1 dev=$2; shift 2
   rm -f "$tmp/$name.port"
   env "$@" timeout 120 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" \
-    --insecure-no-tls --json >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+    --insecure-no-tls --resume-window 3s --json >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
   rpid=$!
   pids+=("$rpid")
   for _ in $(seq 100); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done

@@ -22,8 +22,9 @@ source "$here/lib.sh"
 export GPUMIGRATE_CALIBRATION="$tmp/calibration.json"
 openssl rand -hex 32 >"$tmp/psk"
 dev="sim:size=64MiB,hot=2MiB,kv_rate=32MiB/s,page=16KiB,step=2ms"
-# Short liveness limits so that a dead link is found in seconds.
-live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms)
+# Short liveness limits so that a dead link is found in seconds. Sections 1-10
+# hold the rules without resumption (--resume-window 0); section 11 runs with it.
+live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms --resume-window 0)
 
 expect() {  # NAME RC ALLOWED...
   local name=$1 rc=$2; shift 2
@@ -204,5 +205,74 @@ for phase in round-start:0 round-start:1 switchover prepare-sent commit-sent; do
   phase_run "reset_$tag" --conn 1 --fault reset
   phase_run "trunc_$tag" --conn 0 --fault truncate
 done
+
+# 11. Resumable pre-copy (the default): a connection of the first join that
+#     breaks in round 0 or in a dirty round (a reset of a data stream, the
+#     control stream blackholed or truncated) is replaced by a new one (the
+#     proxy passes connections after the first three untouched): the migration
+#     completes and verifies, both sides report the resumption, and the pages
+#     the destination had applied are not sent again.
+live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms --resume-window 20s)
+resumed='r["outcome"] == "completed" and r["verified"] and len(r["resumptions"]) >= 1'
+resume_run() {  # NAME FAULT-ARGS... ; uses $phase
+  local name=$1; shift
+  SIGNAL_AT=$phase run "$name" --bandwidth 100MB/s --downtime-target 100ms -- --trigger-signal "$@"
+  fired "$name" "$4"
+  expect "$name: migrate completes" "$mrc" 0
+  expect "$name: receive completes" "$rrc" 0
+  json_check "$tmp/$name.json" "$resumed" "$name: resumed, completed and verified"
+  json_check "$tmp/$name.recv.json" 'r["outcome"] == "completed" and len(r["resumptions"]) >= 1' \
+    "$name: the destination resumed too"
+  case $phase in
+    round-start:1) json_check "$tmp/$name.json" 'r["resumptions"][0]["saved_bytes"] >= 32 * 2**20' \
+      "$name: round 0 (the whole device) is not sent again" ;;
+  esac
+  within "$name" 40
+}
+for phase in round-start:0 round-start:1; do
+  tag=${phase//[:-]/_}
+  resume_run "resume_reset_$tag" --conn 1 --fault reset
+  resume_run "resume_bh_$tag" --conn 0 --fault blackhole
+  resume_run "resume_trunc_$tag" --conn 0 --fault truncate
+done
+# A reset halfway through round 0: what arrived before it is kept.
+phase=""
+run resume_mid_r0 --bandwidth 50MB/s -- --conn 1 --fault reset --after-bytes $((12 << 20))
+fired resume_mid_r0 reset
+expect "reset mid round 0: migrate completes" "$mrc" 0
+json_check "$tmp/resume_mid_r0.json" "$resumed"' and r["resumptions"][0]["round"] == 0 and r["resumptions"][0]["saved_bytes"] >= 8 * 2**20' \
+  "reset mid round 0: resumed, and the pages applied before the reset are not sent again"
+
+# 12. No proxy: the receiver SIGKILLed in pre-copy refuses connections, so the
+#     source gives up resuming within seconds (not the 20 s window) and runs on;
+#     the source SIGKILLed in pre-copy leaves the receiver waiting for its
+#     window (here 3 s), then discarding.
+start_receiver rkill
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$port" --psk-file "$tmp/psk" --streams 2 --warmup 20ms \
+  --bandwidth 20MB/s --json "${live[@]}" >"$tmp/rkill.json" 2>"$tmp/rkill.err" &
+mpid=$!
+sleep 1.5
+pkill -KILL -P "$rpid"; kill -9 "$rpid" 2>/dev/null
+t0=$SECONDS
+wait "$mpid"; mrc=$?
+took=$((SECONDS - t0))
+expect "receiver killed: migrate rolls back" "$mrc" 1
+json_check "$tmp/rkill.json" "$rolled_back"' and "gone" in r["error"]' "receiver killed: the source says it is gone and runs on"
+within "receiver killed" 10
+
+live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms --resume-window 3s)
+start_receiver skill
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$port" --psk-file "$tmp/psk" --streams 2 --warmup 20ms \
+  --bandwidth 20MB/s --json "${live[@]}" >"$tmp/skill.json" 2>"$tmp/skill.err" &
+mpid=$!
+sleep 1.5
+pkill -KILL -P "$mpid"; kill -9 "$mpid" 2>/dev/null  # gpumigrate itself, not only the `timeout` around it
+t0=$SECONDS
+wait "$rpid"; rrc=$?
+took=$((SECONDS - t0))
+expect "source killed: receive discards" "$rrc" 1
+json_check "$tmp/skill.recv.json" 'r["outcome"] == "aborted" and "did not resume" in r["error"]' \
+  "source killed: the receiver waited for its window, then discarded"
+within "source killed" 10
 
 exit $fail

@@ -33,7 +33,7 @@ start_receiver() {
   local name=$1; shift
   rm -f "$tmp/$name.port"
   env "$@" timeout 60 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" \
-    --psk-file "$tmp/psk" --json --run-after 50ms >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+    --psk-file "$tmp/psk" --json --run-after 50ms --resume-window 3s >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
   rpid=$!
   pids+=("$rpid")
   for _ in $(seq 200); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done

@@ -22,7 +22,7 @@ start_receiver() {  # start_receiver NAME DEVICE: sets $port and $rpid
   local name=$1 dev=$2
   rm -f "$tmp/$name.port"
   timeout 120 "$bin" receive --listen 127.0.0.1:0 --port-file "$tmp/$name.port" --device "$dev" --insecure-no-tls \
-    --json >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
+    --resume-window 3s --json >"$tmp/$name.recv.json" 2>"$tmp/$name.recv.err" &
   rpid=$!
   pids+=("$rpid")
   for _ in $(seq 100); do [ -s "$tmp/$name.port" ] && break; sleep 0.05; done

@@ -41,7 +41,7 @@ class Cli:
         p = self.pair
         argv = [self.gm, "receive", "--listen", "127.0.0.1:0", "--port-file", self.port_file,
                 "--device", f"shm:{p.dst.dev_path}", "--qemu", p.dst.qmp_path, "--qemu-incoming", p.uri,
-                "--psk-file", self.psk, "--accept-timeout", "60s", "--json"]
+                "--psk-file", self.psk, "--accept-timeout", "60s", "--resume-window", "3s", "--json"]
         self.rx_out = open(os.path.join(self.dir, "receive.json"), "w+")
         self.rx_err = open(os.path.join(self.dir, "receive.err"), "w+")
         self.receiver = subprocess.Popen(argv, stdout=self.rx_out, stderr=self.rx_err,

@@ -18,7 +18,7 @@ namespace {
 
 constexpr uint32_t kMagic = 0x314A4D47;  // "GMJ1"
 constexpr uint16_t kVersion = 1;
-constexpr uint16_t kControl = 1, kData = 2;
+constexpr uint16_t kControl = 1, kData = 2, kResume = 3;
 constexpr uint32_t kMaxStreams = 64;
 
 struct Preamble {
@@ -118,23 +118,57 @@ std::array<std::byte, 16> Token(const std::array<std::byte, 16>& secret, uint64_
   return t;
 }
 
+// The ticket both sides keep from the first join.
+Result<std::array<std::byte, 32>> ResumeSecret(const std::array<std::byte, 32>* exported,
+                                               const std::array<std::byte, 16>& clear, uint64_t session) {
+  if (exported) return DeriveKey(*exported, session, "gpumigrate resume");
+  std::array<std::byte, 32> s;
+  auto a = Token(clear, session, 0xFFFFFFFEu), b = Token(clear, session, 0xFFFFFFFDu);
+  std::memcpy(s.data(), a.data(), 16);
+  std::memcpy(s.data() + 16, b.data(), 16);
+  return s;
+}
+
+// The proof a resuming source sends: with TLS bound to the new handshake.
+Result<std::array<std::byte, 16>> ResumeProof(const ResumeTicket& t, const std::array<std::byte, 32>* exported) {
+  std::array<std::byte, 16> proof;
+  if (exported) {
+    std::string info = "gpumigrate resume proof ";
+    for (std::byte b : *exported) info += fmt::format("{:02x}", static_cast<unsigned>(b));
+    GM_ASSIGN_OR_RETURN(auto k, DeriveKey(t.secret, t.session_id, info));
+    std::memcpy(proof.data(), k.data(), 16);
+    return proof;
+  }
+  std::array<std::byte, 16> half;
+  std::memcpy(half.data(), t.secret.data(), 16);
+  return Token(half, t.session_id, 0xFFFFFFFCu);
+}
+
+bool ConstantTimeEqual(const std::array<std::byte, 16>& a, const std::array<std::byte, 16>& b) {
+  unsigned diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
 Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chrono::milliseconds timeout,
-                                  const TlsConfig* tls) {
+                                  const TlsConfig* tls, const ResumeTicket* resume) {
   if (streams == 0 || streams > kMaxStreams) {
     return InvalidArgument(fmt::format("session join: {} data streams is outside 1..{}", streams, kMaxStreams));
   }
   std::random_device rd;
   NetSession ns;
-  ns.session_id = (uint64_t{rd()} << 32) | rd();
+  ns.session_id = resume ? resume->session_id : (uint64_t{rd()} << 32) | rd();
   Preamble ctl;
-  ctl.kind = kControl;
+  ctl.kind = resume ? kResume : kControl;
   ctl.streams = streams;
   ctl.session_id = ns.session_id;
   std::array<std::byte, 32> exported{};
+  // A resumption is one attempt: the caller decides whether to try again.
+  auto connect_fd = [&]() { return resume ? ConnectTcpFd(to, timeout) : ConnectTcpFdRetrying(to, timeout); };
   if (tls) {
-    GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFdRetrying(to, timeout));
+    GM_ASSIGN_OR_RETURN(int fd, connect_fd());
     TlsConfig cfg = *tls;
     if (cfg.expected_host.empty()) cfg.expected_host = to.host;
     GM_ASSIGN_OR_RETURN(auto t, TlsStream::Client(fd, cfg, timeout));
@@ -145,9 +179,20 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
     ns.aes_key = key;
   } else {
     for (auto& b : ctl.secret) b = static_cast<std::byte>(rd());
-    GM_ASSIGN_OR_RETURN(int fd, ConnectTcpFdRetrying(to, timeout));
+    GM_ASSIGN_OR_RETURN(int fd, connect_fd());
     GM_ASSIGN_OR_RETURN(ns.control, MakeUringTcpStream(fd, fmt::format("tcp {}:{}", to.host, to.port)));
     ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
+  }
+  // The data tokens come from this connection (its exporter or clear secret);
+  // a resumption's control preamble carries the proof instead of the secret.
+  const std::array<std::byte, 16> clear = ctl.secret;
+  if (resume) {
+    ns.resume = *resume;
+    // Without TLS the data tokens are then derived from the proof, on both sides.
+    GM_ASSIGN_OR_RETURN(ctl.secret, ResumeProof(*resume, tls ? &exported : nullptr));
+  } else {
+    ns.resume.session_id = ns.session_id;
+    GM_ASSIGN_OR_RETURN(ns.resume.secret, ResumeSecret(tls ? &exported : nullptr, clear, ns.session_id));
   }
   // The receiver acknowledges the control connection before data streams open. In
   // TLS 1.3 a client's handshake ends before the server has checked the client's
@@ -161,6 +206,11 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
     return Unavailable(fmt::format(
         "session join: the receiver did not accept the control connection (TLS handshake refused?): {}", why.message()));
   }
+  if (resume && std::memcmp(ack.data(), "GMNO", 4) == 0) {
+    return FailedPrecondition(fmt::format(
+        "session join: the receiver refused to resume session {:016x} (it no longer holds it, or the proof failed)",
+        ns.session_id));
+  }
   if (std::memcmp(ack.data(), "GMOK", 4) != 0) return Corrupt("session join: bad acknowledgement from the receiver");
   for (uint32_t i = 0; i < streams; ++i) {
     GM_ASSIGN_OR_RETURN(auto d, ConnectTcp(to, timeout));
@@ -171,7 +221,7 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
     if (tls) {
       GM_ASSIGN_OR_RETURN(p.secret, TlsToken(exported, ns.session_id, i));
     } else {
-      p.secret = Token(ctl.secret, ns.session_id, i);
+      p.secret = Token(ctl.secret, ns.session_id, i);  // a resumption's: from its proof
     }
     GM_RETURN_IF_ERROR(d->WriteAll(Encode(p)).WithContext(fmt::format("session join: data stream {}", i)));
     ns.data.push_back(std::move(d));
@@ -179,13 +229,15 @@ Result<NetSession> ConnectSession(const HostPort& to, uint32_t streams, std::chr
   return ns;
 }
 
-Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls,
-                                 std::chrono::milliseconds handshake_timeout) {
+namespace {
+
+// One connection's join. A control connection that is not the one awaited (a
+// fresh join while a resumption is awaited, a resumption of a session this
+// receiver does not hold, a bad proof) gets "GMNO" and sets *refused with why.
+Result<NetSession> AcceptOnce(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls,
+                              std::chrono::milliseconds hs, const ResumeTicket* resume, std::string* refused) {
   NetSession ns;
   std::array<std::byte, 32> exported{};
-  // Waiting for the source is `timeout`; everything once it has connected is
-  // `handshake_timeout`, so a silent stranger cannot hold the listener longer.
-  const auto hs = std::min(timeout, handshake_timeout);
   if (tls) {
     GM_ASSIGN_OR_RETURN(int fd, listener.AcceptFd(timeout));
     GM_ASSIGN_OR_RETURN(auto t, TlsStream::Server(fd, *tls, hs));
@@ -197,11 +249,35 @@ Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::millisecond
     ns.security = "INSECURE: no TLS, frames carry an integrity tag only";
   }
   GM_ASSIGN_OR_RETURN(Preamble ctl, Read(*ns.control, hs));
-  if (ctl.kind != kControl) return Corrupt("session join: the first connection is not a control connection");
+  auto refuse = [&](std::string why) -> Status {
+    (void)ns.control->WriteAll(std::as_bytes(std::span("GMNO", 4)));
+    ns.control->Close();
+    *refused = why;
+    return FailedPrecondition(why);
+  };
+  if (resume) {
+    if (ctl.kind != kResume) return refuse("a new session's join while a resumption was awaited");
+    if (ctl.session_id != resume->session_id) {
+      return refuse(fmt::format("a resumption of session {:016x}, not {:016x}", ctl.session_id, resume->session_id));
+    }
+    GM_ASSIGN_OR_RETURN(auto want, ResumeProof(*resume, tls ? &exported : nullptr));
+    if (!ConstantTimeEqual(want, ctl.secret)) return refuse("a resumption whose proof is wrong");
+    ns.resume = *resume;
+  } else if (ctl.kind == kResume) {
+    (void)refuse("");
+    return Corrupt(fmt::format("session join: a resumption of session {:016x}, which this receiver does not hold",
+                               ctl.session_id));
+  } else if (ctl.kind != kControl) {
+    return Corrupt("session join: the first connection is not a control connection");
+  }
   if (ctl.streams == 0 || ctl.streams > kMaxStreams) {
     return Corrupt(fmt::format("session join: {} data streams is outside 1..{}", ctl.streams, kMaxStreams));
   }
   ns.session_id = ctl.session_id;
+  if (!resume) {
+    ns.resume.session_id = ns.session_id;
+    GM_ASSIGN_OR_RETURN(ns.resume.secret, ResumeSecret(tls ? &exported : nullptr, ctl.secret, ns.session_id));
+  }
   GM_RETURN_IF_ERROR(ns.control->WriteAll(std::as_bytes(std::span("GMOK", 4))).WithContext("session join: acknowledge"));
   if (tls) {
     GM_ASSIGN_OR_RETURN(auto key, DeriveKey(exported, ns.session_id, "gpumigrate data"));
@@ -230,6 +306,39 @@ Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::millisecond
     ++joined;
   }
   return ns;
+}
+
+}  // namespace
+
+Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::milliseconds timeout, const TlsConfig* tls,
+                                 std::chrono::milliseconds handshake_timeout, const ResumeTicket* resume,
+                                 std::vector<std::string>* refused) {
+  // Waiting for the source is `timeout`; everything once it has connected is
+  // `handshake_timeout`, so a silent stranger cannot hold the listener longer.
+  const auto hs = std::min(timeout, handshake_timeout);
+  if (!resume) {
+    std::string why;
+    return AcceptOnce(listener, timeout, tls, hs, nullptr, &why);
+  }
+  // Awaiting a resumption: whatever else connects is refused, and the wait goes on.
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left <= std::chrono::milliseconds(0)) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    fmt::format("session join: session {:016x} was not resumed within {} ms", resume->session_id,
+                                timeout.count()));
+    }
+    std::string why;
+    auto ns = AcceptOnce(listener, left, tls, std::min(left, hs), resume, &why);
+    if (ns.ok()) return ns;
+    if (why.empty() && ns.status().code() == StatusCode::kDeadlineExceeded &&
+        std::chrono::steady_clock::now() >= deadline) {
+      continue;  // reported above as "not resumed"
+    }
+    if (refused) refused->push_back(why.empty() ? ns.status().message() : why);
+    if (why.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(10));  // never a hot spin
+  }
 }
 
 }  // namespace gpumigrate

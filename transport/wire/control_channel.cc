@@ -86,6 +86,8 @@ std::string EnvelopeKind(const v1::Envelope& env) {
     case v1::Envelope::kAbort: return "Abort";
     case v1::Envelope::kRoundApplied: return "RoundApplied";
     case v1::Envelope::kKeepalive: return "Keepalive";
+    case v1::Envelope::kResume: return "Resume";
+    case v1::Envelope::kResumed: return "Resumed";
     default: return "unknown";
   }
 }
@@ -112,6 +114,20 @@ v1::Envelope MakeRoundEnd(uint32_t round, const std::vector<uint64_t>& frames_pe
   v1::Envelope env;
   env.mutable_round_end()->set_round(round);
   for (uint64_t f : frames_per_stream) env.mutable_round_end()->add_frames_per_stream(f);
+  return env;
+}
+
+v1::Envelope MakeResume(uint32_t next_round, uint32_t confirmed_rounds) {
+  v1::Envelope env;
+  env.mutable_resume()->set_next_round(next_round);
+  env.mutable_resume()->set_confirmed_rounds(confirmed_rounds);
+  return env;
+}
+
+v1::Envelope MakeResumed(uint32_t rounds_applied, const std::vector<uint64_t>& frames_applied) {
+  v1::Envelope env;
+  env.mutable_resumed()->set_rounds_applied(rounds_applied);
+  for (uint64_t f : frames_applied) env.mutable_resumed()->add_frames_applied(f);
   return env;
 }
 

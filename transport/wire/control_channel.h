@@ -31,6 +31,10 @@ constexpr const char* kCapShuffleZstd = "codec:shuffle16-zstd";
 constexpr const char* kCapBf16 = "codec:bf16-exp-zstd";
 // The peer understands Keepalive and sends its own: liveness deadlines apply.
 constexpr const char* kCapKeepalive = "keepalive";
+// The peer can carry a pre-copy on over a new connection when the old one broke
+// (Resume/Resumed): a source lists it when it will reconnect, a destination when
+// it will wait for that. Both must list it for a session to be resumable.
+constexpr const char* kCapResume = "resume";
 
 Status SendEnvelope(Stream& stream, const v1::Envelope& env);
 Result<v1::Envelope> RecvEnvelope(Stream& stream);
@@ -48,5 +52,7 @@ std::string EnvelopeKind(const v1::Envelope& env);
 v1::Envelope MakeHello(std::string_view product_version, const std::vector<std::string>& capabilities);
 v1::Envelope MakeAbort(std::string_view reason, std::string_view phase);
 v1::Envelope MakeRoundEnd(uint32_t round, const std::vector<uint64_t>& frames_per_stream);
+v1::Envelope MakeResume(uint32_t next_round, uint32_t confirmed_rounds);
+v1::Envelope MakeResumed(uint32_t rounds_applied, const std::vector<uint64_t>& frames_applied);
 
 }  // namespace gpumigrate::wire

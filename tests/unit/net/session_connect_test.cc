@@ -475,3 +475,128 @@ TEST(SessionConnect, ASilentDataConnectionIsRefusedWithinTheTimeout) {
 
 }  // namespace
 }  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+// Resumable pre-copy: a later connection of the same session, proven by the
+// first join's ticket.
+struct Resumed {
+  Result<NetSession> source = Internal("not run");
+  Result<NetSession> destination = Internal("not run");
+};
+
+Resumed Resume(TcpListener& l, const ResumeTicket& offered, const ResumeTicket& awaited, uint32_t streams,
+               const TlsConfig* tls, std::vector<std::string>* refused = nullptr,
+               std::chrono::milliseconds wait = kTimeout) {
+  Resumed r;
+  auto dst = std::async(std::launch::async,
+                        [&] { return AcceptSession(l, wait, tls, kTimeout, &awaited, refused); });
+  r.source = ConnectSession(At(l), streams, kTimeout, tls, &offered);
+  if (!r.source.ok()) {
+    // The receiver goes on waiting for the real source; let it give up.
+    EXPECT_EQ(dst.wait_for(wait + kBound), std::future_status::ready);
+  } else {
+    EXPECT_EQ(dst.wait_for(kBound), std::future_status::ready);
+  }
+  r.destination = dst.get();
+  return r;
+}
+
+void ExpectResumes(const TlsConfig* tls) {
+  auto l = Listen();
+  ASSERT_TRUE(l);
+  Joined j;
+  {
+    auto src = std::async(std::launch::async, [&] { return ConnectSession(At(*l), 2, kTimeout, tls); });
+    j.destination = AcceptSession(*l, kTimeout, tls);
+    j.source = src.get();
+  }
+  ASSERT_TRUE(j.source.ok() && j.destination.ok()) << j.source.status().ToString() << j.destination.status().ToString();
+  EXPECT_EQ(j.source->resume.session_id, j.source->session_id);
+  EXPECT_EQ(j.source->resume.secret, j.destination->resume.secret) << "both sides keep the same ticket";
+  EXPECT_NE(j.source->resume.secret, (std::array<std::byte, 32>{}));
+  Resumed r = Resume(*l, j.source->resume, j.destination->resume, 2, tls);
+  ASSERT_TRUE(r.source.ok()) << r.source.status().ToString();
+  ASSERT_TRUE(r.destination.ok()) << r.destination.status().ToString();
+  EXPECT_EQ(r.source->session_id, j.source->session_id);
+  EXPECT_EQ(r.destination->session_id, j.source->session_id);
+  EXPECT_EQ(r.destination->resume.secret, j.destination->resume.secret) << "a second break resumes with the same ticket";
+  if (tls) {
+    ASSERT_TRUE(r.source->aes_key && r.destination->aes_key);
+    EXPECT_EQ(*r.source->aes_key, *r.destination->aes_key);
+    EXPECT_NE(*r.source->aes_key, *j.source->aes_key) << "the new connection has its own data key";
+  }
+  ExpectStreamsCarryBytes(*r.source, *r.destination);
+}
+
+TEST(SessionResume, TheSourceOfTheSessionResumesInsecure) { ExpectResumes(nullptr); }
+
+TEST(SessionResume, TheSourceOfTheSessionResumesWithTls) {
+  TempDir dir;
+  TlsConfig tls;
+  tls.psk_file = dir.Write("psk", std::string(64, 'c'));
+  ExpectResumes(&tls);
+}
+
+// A peer holding the PSK (so its TLS handshake succeeds) but not this session's
+// ticket cannot take the session over; the receiver refuses it, names why, and
+// goes on waiting for the real source.
+TEST(SessionResume, AStrangerWithoutTheTicketIsRefusedAndTheWaitGoesOn) {
+  TempDir dir;
+  TlsConfig tls;
+  tls.psk_file = dir.Write("psk", std::string(64, 'd'));
+  auto l = Listen();
+  ASSERT_TRUE(l);
+  ResumeTicket real{0x1234, {}};
+  for (size_t i = 0; i < 32; ++i) real.secret[i] = static_cast<std::byte>(i * 3 + 1);
+  ResumeTicket forged = real;
+  forged.secret[5] ^= std::byte{1};
+  std::vector<std::string> refused;
+  auto dst = std::async(std::launch::async, [&] { return AcceptSession(*l, 6000ms, &tls, kTimeout, &real, &refused); });
+  auto stranger = ConnectSession(At(*l), 1, kTimeout, &tls, &forged);
+  EXPECT_EQ(stranger.status().code(), StatusCode::kFailedPrecondition) << stranger.status().ToString();
+  EXPECT_NE(stranger.status().message().find("refused to resume session 0000000000001234"), std::string::npos)
+      << stranger.status().message();
+  ResumeTicket other = real;
+  other.session_id = 0x9999;
+  auto wrong_session = ConnectSession(At(*l), 1, kTimeout, &tls, &other);
+  EXPECT_EQ(wrong_session.status().code(), StatusCode::kFailedPrecondition);
+  auto fresh = ConnectSession(At(*l), 1, kTimeout, &tls);  // a new migration while the session waits
+  EXPECT_FALSE(fresh.ok());
+  auto source = ConnectSession(At(*l), 1, kTimeout, &tls, &real);
+  ASSERT_EQ(dst.wait_for(kBound), std::future_status::ready);
+  auto got = dst.get();
+  ASSERT_TRUE(source.ok()) << source.status().ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(refused.size(), 3u);
+  EXPECT_EQ(refused[0], "a resumption whose proof is wrong");
+  EXPECT_EQ(refused[1], "a resumption of session 0000000000009999, not 0000000000001234");
+  EXPECT_EQ(refused[2], "a new session's join while a resumption was awaited");
+}
+
+TEST(SessionResume, AReceiverThatHoldsNoSessionRefusesAResumption) {
+  auto l = Listen();
+  ASSERT_TRUE(l);
+  ResumeTicket t{0x77, {}};
+  auto dst = std::async(std::launch::async, [&] { return AcceptSession(*l, kTimeout, nullptr); });
+  auto src = ConnectSession(At(*l), 1, kTimeout, nullptr, &t);
+  EXPECT_EQ(src.status().code(), StatusCode::kFailedPrecondition) << src.status().ToString();
+  auto got = dst.get();
+  EXPECT_EQ(got.status().message(),
+            "session join: a resumption of session 0000000000000077, which this receiver does not hold");
+}
+
+TEST(SessionResume, NoResumptionWithinTheWindowIsADeadline) {
+  auto l = Listen();
+  ASSERT_TRUE(l);
+  ResumeTicket t{0x42, {}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto got = AcceptSession(*l, 300ms, nullptr, kTimeout, &t);
+  EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(got.status().message(), "session join: session 0000000000000042 was not resumed within 300 ms");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+}
+
+}  // namespace
+}  // namespace gpumigrate

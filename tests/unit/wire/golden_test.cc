@@ -105,6 +105,10 @@ TEST(WireGolden, ControlMessages) {
   keepalive.mutable_keepalive()->set_activity("pre-copy round 3");
   Golden("keepalive.bin", Serialize(keepalive));
 
+  // Written by hand from the protobuf encoding (field 12 and 13, packed counts).
+  Golden("resume.bin", Serialize(wire::MakeResume(4, 3)));
+  Golden("resumed.bin", Serialize(wire::MakeResumed(3, {17, 300})));
+
   // Decode what is on disk, field by field.
   auto h = Decode("hello.bin");
   EXPECT_EQ(h.hello().protocol_version(), 1u);
@@ -123,6 +127,13 @@ TEST(WireGolden, ControlMessages) {
   auto ka = Decode("keepalive.bin");
   EXPECT_EQ(ka.keepalive().progress(), 123456789u);
   EXPECT_EQ(ka.keepalive().activity(), "pre-copy round 3");
+  auto rs = Decode("resume.bin");
+  EXPECT_EQ(rs.resume().next_round(), 4u);
+  EXPECT_EQ(rs.resume().confirmed_rounds(), 3u);
+  auto rd = Decode("resumed.bin");
+  EXPECT_EQ(rd.resumed().rounds_applied(), 3u);
+  ASSERT_EQ(rd.resumed().frames_applied_size(), 2);
+  EXPECT_EQ(rd.resumed().frames_applied(1), 300u);
 }
 
 std::vector<std::byte> FrameBytes(const wire::FrameHeader& h, std::span<const std::byte> payload, const FrameKeys& keys) {
