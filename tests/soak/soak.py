@@ -211,11 +211,15 @@ def iteration(args, rng, n, tmp, psk):
     stop(rx)
     stop(px)
     src, dst = report(os.path.join(d, "tx.json")), report(os.path.join(d, "rx.json"))
+    try:
+        fired = os.path.getsize(os.path.join(d, "events")) > 0  # the proxy logs every fault that took hold
+    except OSError:
+        fired = False
     outcome, why = judge(mrc, rrc, src, dst, killed)
     for side in ("tx.err", "rx.err"):
         if (hit := sanitizer_report(os.path.join(d, side))):
             outcome, why = "lost", f"{hit} in {side}"
-    rec = {"n": n, "fault": fault, "kill": killed or "none", "streams": int(streams), "bandwidth": bw,
+    rec = {"n": n, "fault": fault, "fired": fired, "kill": killed or "none", "streams": int(streams), "bandwidth": bw,
            "device": dev, "outcome": outcome, "why": why, "migrate_rc": mrc, "receive_rc": rrc,
            "resumptions": len((src or {}).get("resumptions", [])),
            "saved_bytes": (src or {}).get("resume_saved_bytes", 0)}
@@ -249,13 +253,16 @@ def main():
             rec = iteration(args, rng, n, tmp, psk)
             runs.append(rec)
             tally[rec["outcome"]] += 1
-            print(f"[{time.monotonic() - t0:7.0f} s] #{n} {rec['fault']:<13} kill={rec['kill']:<8} -> "
+            print(f"[{time.monotonic() - t0:7.0f} s] #{n} {rec['fault']:<13}{'' if rec.get('fired') else ' (not fired)':<12} "
+                  f"kill={rec['kill']:<8} -> "
                   f"{rec['outcome']}{': ' + rec['why'] if rec['outcome'] == 'lost' else ''}", flush=True)
             n += 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     elapsed = time.monotonic() - t0
     summary = {"seed": args.seed, "seconds": round(elapsed), "migrations": n, **tally,
+               "faults_fired": sum(1 for r in runs if r.get("fired")),
+               "killed_receivers": sum(1 for r in runs if r.get("kill") == "receive"),
                "resumptions": sum(r.get("resumptions", 0) for r in runs),
                "resume_saved_bytes": sum(r.get("saved_bytes", 0) for r in runs)}
     print("soak tally: " + json.dumps(summary))
