@@ -9,37 +9,24 @@
 //                before Prepared, the probe's deliberate stop) or in doubt (after
 //                Commit was sent), then the device's SaveCleanup hook, outside the stun
 //
-// The rollback and in-doubt rules are DESIGN.md's.
+// The rollback and in-doubt rules are DESIGN.md's. The class is declared in
+// source_session.h; one connection's parts and resumption over a new
+// connection (a break before the switchover) are in source_link.cc.
 #include <algorithm>
 #include <cstring>
-#include <random>
 
 #include <fmt/format.h>
 
 #include "engine/codec_choice/codec_choice.h"
-#include "engine/session/frame_sender.h"
-#include "engine/session/liveness.h"
-#include "engine/session/mailbox.h"
-#include "engine/session/page_classifier.h"
-#include "engine/session/page_hashes.h"
 #include "engine/session/scrub.h"
-#include "engine/session/state_stream.h"
+#include "engine/session/source_session.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/session.h"
 #include "gpumigrate/switchover.h"
-#include "transport/wire/control_channel.h"
 
 namespace gpumigrate {
+namespace session_detail {
 namespace {
-
-namespace v1 = wire::v1;
-
-// What the source records for a page the destination may or may not hold: no
-// page hashes to it (XXH3-64 of a page equal to it has odds of 2^-64, and would
-// show as a digest mismatch at Prepare, never as a wrong page).
-constexpr uint64_t kUnknownPageHash = 0x5eed0f0f0f0f0f0full;
 
 v1::RegionHint ToWire(RegionHint h) {
   switch (h) {
@@ -49,148 +36,7 @@ v1::RegionHint ToWire(RegionHint h) {
   }
 }
 
-class Source {
- public:
-  Source(Device& dev, const SessionStreams& streams, const SourceOptions& opt)
-      : dev_(dev), streams_(streams), opt_(opt), clock_(opt.clock ? *opt.clock : SystemClock()),
-        regions_(dev.Regions()), hashes_(regions_), box_(std::make_unique<Mailbox>(clock_)),
-        writer_(std::make_unique<ControlWriter>(streams.control, clock_)), t0_(clock_.Now()) {
-    aes_key_ = opt.aes_key;
-    session_id_ = opt.session_id;
-    if (session_id_ == 0) {
-      std::random_device rd;
-      session_id_ = (uint64_t{rd()} << 32) | rd();
-      if (session_id_ == 0) session_id_ = 1;
-    }
-    for (size_t i = 0; i < regions_.size(); ++i) order_.push_back(i);
-    // Static regions (weights) first: they will not need resending.
-    std::stable_sort(order_.begin(), order_.end(), [&](size_t a, size_t b) {
-      return (regions_[a].hint == RegionHint::kStatic) > (regions_[b].hint == RegionHint::kStatic);
-    });
-    for (const auto& r : regions_) {
-      sets_.emplace_back(r.pages());
-      report_.device_bytes += r.size_bytes;
-    }
-    report_.device = dev.Describe();
-    report_.verify_full = opt.verify_full;
-  }
-
-  MigrationReport Run();
-
- private:
-  Status CheckReady();
-  Status Start();
-  Status PreCopy();
-  Status RunRound(uint32_t round);
-  Result<PolicyResult> Decide(const std::vector<uint64_t>& dirty_history, uint32_t rounds_done);
-  Status Switchover();
-  Status Commit();
-  v1::Envelope PrepareMessage(uint64_t state_bytes);
-  MigrationReport Teardown(Outcome outcome, Status st);
-  void RollBack(Status st);
-  void Statistics();
-
-  Status Handshake();
-  void StartLink();
-  void StopLink();
-  bool Resumable(const Status& st) const;
-  Status Resume(Status st, uint32_t failed_round);
-  uint64_t BytesSent() const { return link_bytes_before_ + (sender_ ? sender_->bytes_sent() : 0); }
-  Status ChooseCodecs(const wire::v1::Hello& peer);
-  Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
-  uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
-  Status SyncAll(uint64_t* dirty_bytes);
-  Status VerifyFull();
-  Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what);
-  Status Interrupted();
-  Status Explain(Status st);
-  void EnterPhase(Phase p, uint32_t round) {
-    if (live_) live_->Doing(fmt::format("{} (round {})", PhaseName(p), round));
-    if (opt_.on_phase) opt_.on_phase(p, round);
-  }
-  void ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t done, bool force);
-  void CloseAll() {
-    if (reader_) reader_->StopQuietly();
-    if (live_) live_->StopQuietly();
-    streams_.control->Close();
-    for (Stream* s : streams_.data) s->Close();
-    if (live_) live_->Join();
-  }
-  // Times one stun phase: runs `step` and adds to `slot` the time since the
-  // previous phase ended, so the phases tile the stun with no gap.
-  template <typename F>
-  Status TimePhase(Step at, std::optional<double>& slot, F&& step) {
-    at_ = {at};
-    if (live_) live_->Doing(StepName(at_));
-    Status st = step();
-    auto now = clock_.Now();
-    slot = slot.value_or(0) + MsBetween(phase_end_, now);
-    phase_end_ = now;
-    return st;
-  }
-
-  Device& dev_;
-  SessionStreams streams_;
-  const SourceOptions& opt_;
-  Clock& clock_;
-  std::vector<RegionInfo> regions_;
-  std::vector<size_t> order_;
-  std::vector<DirtyBitmap> sets_;  // pages to send next, per region
-  PageHashes hashes_;
-  uint64_t session_id_;
-  // One connection's parts: replaced together when a broken connection is
-  // resumed over a new one (StopLink, StartLink).
-  std::unique_ptr<Mailbox> box_;
-  std::unique_ptr<ControlWriter> writer_;
-  std::unique_ptr<ControlReader> reader_;
-  std::unique_ptr<FrameSender> sender_;
-  std::unique_ptr<StateStreamSender> state_;  // the device's own state, blob or stream
-  std::unique_ptr<Liveness> live_;            // after sender_: its keepalives read the byte count
-  std::atomic<bool> peer_aborted_{false};
-  DirtyTracker* tracker_ = nullptr;
-  bool tracking_ = false;
-  bool switch_now_ = false;  // SourceOptions::switch_now said yes: the round in progress was cut short
-  StepAt at_;                 // where the migration stands: a failure is reported here
-  PolicyResult decision_;     // the switchover rule's last answer
-  uint32_t final_round_ = 0;
-  MigrationReport report_;
-  Clock::TimePoint t0_;
-  Clock::TimePoint t_stun_{};     // the device stopped: the stun began
-  Clock::TimePoint phase_end_{};  // the last stun phase ended
-  Clock::TimePoint last_progress_{};
-  std::vector<std::byte> buf_;
-  std::vector<CodecKind> codec_;  // per region
-  FrameEncoder encoder_;
-  std::vector<std::byte> encoded_;
-  std::vector<PageRun> unknown_;
-  // Resumable pre-copy.
-  std::optional<std::array<std::byte, 32>> aes_key_;  // this connection's data key
-  // The frames of the round the destination has not confirmed yet, each with its
-  // pages: after a break, those of frames it had not applied go again.
-  // 32 bytes per frame of the round in flight, cleared when it is confirmed.
-  struct SentRun {
-    uint64_t sequence = 0;
-    uint64_t first_page = 0;
-    uint32_t pages = 0;
-    uint32_t region = 0;  // index in regions_
-    uint16_t stream = 0;
-    bool zero = false;    // a kZeroPages frame: no page bytes
-    uint64_t Bytes(const std::vector<RegionInfo>& regions) const { return zero ? 0 : pages * regions[region].page_size; }
-  };
-  std::vector<SentRun> unconfirmed_;
-  void NoteSent(size_t region, uint64_t first_page, uint64_t pages, bool zero) {
-    unconfirmed_.push_back({sender_->last_sequence(), first_page, static_cast<uint32_t>(pages),
-                            static_cast<uint32_t>(region), static_cast<uint16_t>(sender_->last_stream()), zero});
-  }
-  bool peer_resumes_ = false;             // the destination's Hello listed `resume`
-  bool peer_keepalive_ = false;
-  bool device_failed_ = false;            // a device read failed: not the link's fault, not resumable
-  uint32_t confirmed_rounds_ = 0;         // rounds the destination confirmed (RoundApplied)
-  uint64_t confirmed_bytes_ = 0;          // page bytes sent with data in those rounds
-  uint64_t link_bytes_before_ = 0;        // bytes sent over earlier connections
-  std::vector<uint64_t> prior_stream_bytes_, prior_stream_frames_;
-  std::optional<uint32_t> resumed_round_;  // the round that carries on after a resumption
-};
+}  // namespace
 
 // Picks each region's codec: the one asked for, or with `auto` the one a sample
 // of the region's non-zero pages says moves bytes fastest on the capped link.
@@ -558,45 +404,6 @@ Status Source::CheckReady() {
   return Status::Ok();
 }
 
-// One connection's parts on streams_: the frame sender (keys of this
-// connection), the device-state sender, the control reader and liveness.
-void Source::StartLink() {
-  FrameKeys keys;
-  keys.integrity_key = session_id_;
-  if (aes_key_) {
-    keys.aes_gcm = true;
-    keys.aes_key = *aes_key_;
-  }
-  sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
-  state_ = std::make_unique<StateStreamSender>(dev_, *sender_, opt_.max_frame_payload_bytes);
-  reader_ = std::make_unique<ControlReader>(streams_.control, box_.get(), [this](const v1::Abort&) {
-    // Stop sending at once; Teardown picks up the reason from the mailbox.
-    peer_aborted_ = true;
-    for (Stream* s : streams_.data) s->Close();
-  });
-  live_ = SessionLiveness(*writer_, *box_, clock_, streams_, LivenessOf(opt_, "the destination"),
-                          [this] { return BytesSent(); });
-}
-
-// Stops the broken connection's threads and closes its streams; its byte and
-// frame counts are kept for the report.
-void Source::StopLink() {
-  CloseAll();
-  reader_.reset();
-  live_.reset();
-  const auto& frames = sender_->frames_per_stream();
-  const auto& bytes = sender_->bytes_per_stream();
-  prior_stream_frames_.resize(frames.size(), 0);
-  prior_stream_bytes_.resize(bytes.size(), 0);
-  for (size_t i = 0; i < frames.size(); ++i) {
-    prior_stream_frames_[i] += frames[i];
-    prior_stream_bytes_[i] += bytes[i];
-  }
-  link_bytes_before_ += sender_->bytes_sent();
-  state_.reset();
-  sender_.reset();
-}
-
 Status Source::Start() {
   StartLink();
   if (opt_.continuation) (void)sender_->ContinueFrom(opt_.continuation->frames_per_stream);  // checked in CheckReady
@@ -608,88 +415,6 @@ Status Source::Start() {
   GM_RETURN_IF_ERROR(tracker_->Start());
   tracking_ = true;
   for (auto& s : sets_) s.SetAll();
-  return Status::Ok();
-}
-
-// A pre-copy step that failed because the connection broke (a reset, a closed
-// stream, the watchdog's silence verdict) can be carried on over a new one; an
-// Abort from the destination, a device error, a cancel, or a protocol error cannot.
-bool Source::Resumable(const Status& st) const {
-  if (!peer_resumes_ || device_failed_ || peer_aborted_.load()) return false;
-  if (opt_.cancel && opt_.cancel->load()) return false;
-  if (report_.resumptions.size() >= opt_.max_resumes) return false;
-  return st.code() == StatusCode::kUnavailable || box_->failure().code() == StatusCode::kDeadlineExceeded;
-}
-
-// Resumable pre-copy, source side. The device keeps running and its tracker
-// keeps logging throughout. The pages of the round the destination had not
-// confirmed go again (their hashes are forgotten, so the carrying-on round does
-// not skip them); what was dirtied meanwhile is in the tracker for the next sync.
-Status Source::Resume(Status st, uint32_t failed_round) {
-  if (!Resumable(st)) return st;
-  // A destination that aborts sends Abort before it closes: the broken stream
-  // may be only the echo of that decision, which is not resumed.
-  if (box_->PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
-    peer_aborted_ = true;
-    return st;
-  }
-  if (Status f = box_->failure(); f.code() == StatusCode::kDeadlineExceeded) st = f;  // the watchdog's reason
-  const auto t = clock_.Now();
-  EnterPhase(Phase::kReconnecting, failed_round);
-  StopLink();
-  auto re = opt_.reconnect(opt_.resume_window);
-  if (!re.ok()) {
-    return Status(st.code(), fmt::format("{}; resuming over a new connection failed within {:.0f} s: {}",
-                                         st.message(), std::chrono::duration<double>(opt_.resume_window).count(),
-                                         re.status().message()));
-  }
-  if (re->streams.control == nullptr || re->streams.data.size() != streams_.data.size()) {
-    return InvalidArgument(fmt::format("resume: the new connection has {} data streams, the session {}",
-                                       re->streams.data.size(), streams_.data.size()));
-  }
-  streams_ = re->streams;
-  aes_key_ = re->aes_key;
-  box_ = std::make_unique<Mailbox>(clock_);
-  writer_ = std::make_unique<ControlWriter>(streams_.control, clock_);
-  StartLink();
-  if (peer_keepalive_) live_->PeerSpeaksKeepalive();
-  GM_RETURN_IF_ERROR(writer_->Send(wire::MakeResume(failed_round + 1, confirmed_rounds_)).WithContext("resume"));
-  GM_ASSIGN_OR_RETURN(v1::Envelope back, Await(v1::Envelope::kResumed, "Resumed"));
-  const v1::Resumed& got = back.resumed();
-  MigrationReport::Resumption x;
-  x.round = failed_round;
-  x.reason = st.message();
-  x.saved_bytes = confirmed_bytes_;
-  if (got.rounds_applied() > confirmed_rounds_ + 1) {
-    return Corrupt(fmt::format("resume: the destination says it applied {} rounds, only {} were sent",
-                               got.rounds_applied(), confirmed_rounds_ + 1));
-  }
-  if (got.rounds_applied() == confirmed_rounds_ + 1) {
-    // The destination applied the broken round whole; only its confirmation was lost.
-    ++confirmed_rounds_;
-    for (const SentRun& run : unconfirmed_) x.saved_bytes += run.Bytes(regions_);
-  } else {
-    if (static_cast<size_t>(got.frames_applied_size()) != streams_.data.size()) {
-      return Corrupt(fmt::format("resume: the destination counts frames on {} streams, the session has {}",
-                                 got.frames_applied_size(), streams_.data.size()));
-    }
-    // Each stream's frames were applied in order: those past its count go again,
-    // and their hashes are forgotten so that the carrying-on round does not skip them.
-    for (const SentRun& run : unconfirmed_) {
-      if (run.sequence < got.frames_applied(static_cast<int>(run.stream))) {
-        x.saved_bytes += run.Bytes(regions_);
-        continue;
-      }
-      sets_[run.region].SetRange(run.first_page, run.pages);
-      for (uint64_t q = run.first_page; q < run.first_page + run.pages; ++q) hashes_.Set(run.region, q, kUnknownPageHash);
-      x.resent_bytes += run.pages * regions_[run.region].page_size;
-    }
-  }
-  unconfirmed_.clear();
-  resumed_round_ = failed_round + 1;
-  x.reconnect_ms = MsBetween(t, clock_.Now());
-  report_.resumptions.push_back(x);
-  EnterPhase(Phase::kResumed, failed_round + 1);
   return Status::Ok();
 }
 
@@ -872,10 +597,10 @@ MigrationReport Source::Run() {
   return Teardown(Outcome::kCompleted, Status::Ok());
 }
 
-}  // namespace
+}  // namespace session_detail
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options) {
-  Source s(device, streams, options);
+  session_detail::Source s(device, streams, options);
   return s.Run();
 }
 
