@@ -434,7 +434,12 @@ Status Source::RunRound(uint32_t round) {
   GM_RETURN_IF_ERROR(state_->SendAvailable(round));  // a streaming device's pre-copy state
   rr.bytes = sender_->bytes_sent() - sent_before;    // the rule's bandwidth sample counts both
   GM_RETURN_IF_ERROR(writer_->Send(wire::MakeRoundEnd(round, sender_->frames_per_stream())));
-  GM_RETURN_IF_ERROR(Await(v1::Envelope::kRoundApplied, "RoundApplied").status());
+  GM_ASSIGN_OR_RETURN(v1::Envelope applied, Await(v1::Envelope::kRoundApplied, "RoundApplied"));
+  if (applied.round_applied().round() != round) {
+    // A confirmation of another round (a duplicate) must not pass for this one's.
+    return Corrupt(fmt::format("protocol error: RoundApplied for round {} while round {} was awaited",
+                               applied.round_applied().round(), round));
+  }
   ++confirmed_rounds_;
   confirmed_bytes_ += rr.raw_bytes;
   unconfirmed_.clear();

@@ -15,6 +15,7 @@
 #include "gpumigrate/session.h"
 #include "tests/support/fake_device.h"
 #include "transport/net/fault_stream.h"
+#include "transport/wire/control_channel.h"
 
 namespace gpumigrate {
 namespace {
@@ -291,6 +292,43 @@ TEST(Resume, ABreakDuringTheSwitchoverIsNotResumed) {
   EXPECT_EQ(f.src.State(), DeviceState::kRunning);
   EXPECT_EQ(f.src.memory(0), before);
   EXPECT_NE(r.destination.outcome, Outcome::kCompleted);
+}
+
+// What a resumption keeps depends on which rounds the destination confirmed: a
+// RoundApplied of another round (a duplicate, a confused peer) must not pass for
+// the one awaited.
+TEST(Resume, AConfirmationOfAnotherRoundIsRefused) {
+  Fakes f;
+  auto [src_ctl, dst_ctl] = MakePipe("control", 1 << 20);
+  auto [src_data, dst_data] = MakePipe("data0", 4 << 20);
+  SessionStreams s;
+  s.control = src_ctl.get();
+  s.data.push_back(src_data.get());
+  std::thread peer([&, &dst_ctl = dst_ctl] {
+    namespace v1 = wire::v1;
+    auto hello = wire::RecvEnvelope(*dst_ctl);
+    ASSERT_TRUE(hello.ok());
+    ASSERT_TRUE(wire::SendEnvelope(*dst_ctl, wire::MakeHello("test-peer", {})).ok());
+    auto manifest = wire::RecvEnvelope(*dst_ctl);
+    ASSERT_TRUE(manifest.ok() && manifest->has_manifest());
+    v1::Envelope ready;
+    ready.mutable_ready();
+    ASSERT_TRUE(wire::SendEnvelope(*dst_ctl, ready).ok());
+    auto end = wire::RecvEnvelope(*dst_ctl);
+    ASSERT_TRUE(end.ok() && end->has_round_end()) << end.status().ToString();
+    v1::Envelope applied;
+    applied.mutable_round_applied()->set_round(end->round_end().round() + 5);
+    ASSERT_TRUE(wire::SendEnvelope(*dst_ctl, applied).ok());
+    while (wire::RecvEnvelope(*dst_ctl).ok()) {
+    }
+  });
+  auto r = RunSource(f.src, s, f.so);
+  dst_ctl->Close();
+  peer.join();
+  EXPECT_EQ(r.outcome, Outcome::kAborted);
+  EXPECT_NE(r.status.message().find("RoundApplied for round 5 while round 0 was awaited"), std::string::npos)
+      << r.status.message();
+  EXPECT_EQ(f.src.State(), DeviceState::kRunning);
 }
 
 }  // namespace
