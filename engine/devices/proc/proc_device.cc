@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -21,6 +22,7 @@
 #include "engine/devices/cuda/page_hash.h"
 #include "engine/devices/proc/cuda_staging.h"
 #include "engine/devices/proc/dma_tracking.h"
+#include "engine/devices/proc/process_state.h"
 #include "engine/devices/proc/shim_protocol.h"
 #include "engine/devices/proc/trackers.h"
 #include "engine/devices/vfio/kernel.h"
@@ -29,6 +31,7 @@
 
 namespace gpumigrate {
 namespace {
+
 
 namespace w = shimwire;
 
@@ -510,7 +513,14 @@ class ProcDeviceImpl : public ProcDevice {
     auto lost = [&](int e) {
       close(sock_);
       sock_ = -1;
-      bool alive = kill(spec_.pid, 0) == 0 || errno == EPERM;
+      // A dying process closes its files before it becomes a zombie: give it a
+      // moment, so that a killed process is reported as exited, not as hung.
+      bool exited = ProcessExited(spec_.pid);
+      for (int i = 0; i < 25 && !exited; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        exited = ProcessExited(spec_.pid);
+      }
+      const bool alive = !exited;
       return Unavailable(fmt::format("the shim of process {} {} ({})", spec_.pid,
                                      alive ? "closed its socket or stopped answering" : "is gone: the process exited",
                                      std::strerror(-e)));
