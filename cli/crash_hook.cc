@@ -1,6 +1,7 @@
 #include "cli/crash_hook.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <chrono>
@@ -56,7 +57,22 @@ std::function<void(Phase, uint32_t)> WithSignalHook(std::function<void(Phase, ui
     *fired = true;
     Print(stderr, "GPUMIGRATE_TEST_SIGNAL_AT: SIGUSR1 to {} at {} (round {})\n", pid, at.phase, r);
     ::kill(pid, SIGUSR1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the fault takes hold before we go on
+    // The fault takes hold before we go on: the proxy says so by creating the
+    // file GPUMIGRATE_TEST_SIGNAL_ARMED names (a loaded machine can take far
+    // longer than any fixed wait); without it, 100 ms.
+    const char* armed = std::getenv("GPUMIGRATE_TEST_SIGNAL_ARMED");
+    if (armed == nullptr || *armed == '\0') {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      return;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (::access(armed, F_OK) != 0) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        Print(stderr, "GPUMIGRATE_TEST_SIGNAL_AT: {} did not appear within 10 s: going on\n", armed);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
   };
 }
 

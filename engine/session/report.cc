@@ -69,6 +69,7 @@ std::string ReportToJson(const MigrationReport& r) {
   j["verified"] = r.verified;
   j["verify_full"] = r.verify_full;
   j["stun_ms"] = Round3(r.stun_ms);
+  if (r.stun_start_ms > 0) j["stun_start_ms"] = Round3(r.stun_start_ms);
   nlohmann::ordered_json bd = nlohmann::ordered_json::object();
   for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) bd[std::string(k)] = Round3(v);
   j["stun_breakdown_ms"] = bd;
@@ -86,7 +87,8 @@ std::string ReportToJson(const MigrationReport& r) {
                       {"known_pages", x.known_pages},
                       {"raw_bytes", x.raw_bytes},
                       {"payload_bytes", x.payload_bytes},
-                      {"ms", Round3(x.ms)}});
+                      {"ms", Round3(x.ms)},
+                      {"start_ms", Round3(x.start_ms)}});
   }
   j["rounds"] = rounds;
   if (r.predicted_stun_ms >= 0 && std::isfinite(r.predicted_stun_ms)) {

@@ -251,7 +251,8 @@ Status Source::VerifyFull() {
 // Why the migration failed, in the words a user needs. When the destination
 // aborted, its reason is the one that matters: alone when its Abort came first,
 // ahead of our own error when a broken connection came first (the peer sends
-// Abort before it closes its streams, so the broken stream is usually its echo).
+// Abort before it closes its streams, so the broken stream is its echo, not a
+// crash: the same words either way, whichever the source happened to meet first).
 // A connection that broke with no Abort says the destination closed it, and when.
 Status Source::Explain(Status st) {
   const std::string step = StepName(at_);
@@ -260,8 +261,9 @@ Status Source::Explain(Status st) {
     if (auto abort = box_->PeerAbort(clock_.Now() + std::chrono::seconds(1))) {
       std::string peer = fmt::format("destination aborted in phase {}: {}", abort->phase(), abort->reason());
       if (peer_first) return Aborted(peer).WithContext(fmt::format("migration aborted in {}", step));
-      return Aborted(fmt::format("the destination closed the connection during {}: {} (here: {})", step, peer,
-                                 st.message()));
+      // The broken stream is the Abort's echo: the reason leads, our error follows.
+      return Aborted(fmt::format("{} (here: {})", peer, st.message()))
+          .WithContext(fmt::format("migration aborted in {}", step));
     }
   }
   if (st.code() == StatusCode::kUnavailable) {
@@ -444,6 +446,7 @@ Status Source::RunRound(uint32_t round) {
   confirmed_bytes_ += rr.raw_bytes;
   unconfirmed_.clear();
   rr.ms = MsBetween(rs, clock_.Now());
+  rr.start_ms = MsBetween(t0_, rs);
   report_.rounds.push_back(rr);
   EnterPhase(Phase::kRoundEnd, round);
   return Status::Ok();
@@ -507,6 +510,7 @@ Status Source::PreCopy() {
 Status Source::Switchover() {
   EnterPhase(Phase::kSwitchover, final_round_);
   t_stun_ = phase_end_ = clock_.Now();
+  report_.stun_start_ms = MsBetween(t0_, t_stun_);
   StunBreakdown& bd = report_.stun_breakdown_ms;
   uint64_t final_dirty = 0, state_bytes = 0;
   RoundReport fr;
@@ -517,6 +521,7 @@ Status Source::Switchover() {
                                [&] { return dev_.SetState(DeviceState::kStopCopy); }));
   GM_RETURN_IF_ERROR(TimePhase(Step::kFinalSync, bd.final_sync_ms, [&] { return SyncAll(&final_dirty); }));
   // The final data phase ends when the bytes are on the streams, not when queued.
+  fr.start_ms = MsBetween(t0_, clock_.Now());
   GM_RETURN_IF_ERROR(TimePhase(Step::kFinalData, bd.final_data_ms, [&] {
     GM_RETURN_IF_ERROR(SendSet(final_round_, opt_.stop_and_copy, fr));
     return sender_->Flush();

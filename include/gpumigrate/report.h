@@ -58,6 +58,7 @@ struct RoundReport {
   uint64_t raw_bytes = 0;     // bytes of the pages sent with data, before the codec
   uint64_t payload_bytes = 0; // the same pages' bytes as sent, after the codec
   double ms = 0;
+  double start_ms = 0;         // when it began, from the session's start (the final round: its data phase)
 };
 
 struct MigrationReport {
@@ -69,6 +70,7 @@ struct MigrationReport {
   std::string device;
   uint64_t device_bytes = 0;
   double stun_ms = 0;
+  double stun_start_ms = 0;   // when the source stopped, from the session's start (0: it never did)
   StunBreakdown stun_breakdown_ms;
   double total_ms = 0;
   uint64_t bytes_sent = 0;

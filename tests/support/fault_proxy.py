@@ -69,6 +69,9 @@ Options
                         with the other triggers, whichever comes first). The CLI's
                         test hook GPUMIGRATE_TEST_SIGNAL_AT=PHASE[:ROUND]@PID sends it
                         at an exact phase of the protocol.
+  --armed-file PATH     with --trigger-signal: create PATH once the signal's fault has
+                        taken hold (GPUMIGRATE_TEST_SIGNAL_ARMED=PATH makes the hook
+                        wait for it, so the fault is there before the protocol goes on).
   --delay-ms MS         hold time for delay and reorder (default 0).
   --jitter-ms MS        delay only: an extra uniform random 0..MS per chunk (default 0).
   --seed N              seed of the jitter's random generator (default 0).
@@ -552,6 +555,10 @@ class Proxy:
             if self.signalled:
                 self.signalled = False
                 self.time_trigger()
+                if a.armed_file:
+                    with open(a.armed_file + ".tmp", "w") as f:
+                        f.write("armed\n")
+                    os.rename(a.armed_file + ".tmp", a.armed_file)
             try:
                 client, _ = lsock.accept()
             except (socket.timeout, InterruptedError):
@@ -594,6 +601,7 @@ def main():
     ap.add_argument("--rate", type=float)
     ap.add_argument("--events")
     ap.add_argument("--trigger-signal", action="store_true")
+    ap.add_argument("--armed-file")
     a = ap.parse_args()
 
     try:
@@ -608,6 +616,8 @@ def main():
             ap.error("--delay-ms and --jitter-ms need --fault delay or reorder")
     if a.trigger_signal and not a.fault:
         ap.error("--trigger-signal needs --fault")
+    if a.armed_file and not a.trigger_signal:
+        ap.error("--armed-file needs --trigger-signal")
     if a.after_bytes is not None and a.after_bytes < 0:
         ap.error("--after-bytes must be >= 0")
     if a.after_seconds is not None and a.after_seconds < 0:
