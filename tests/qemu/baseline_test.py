@@ -93,7 +93,15 @@ def run(scenario, guest_elf, workdir):
                   ram_total < (p.ram_mb + p.dev_mb) * h.MIB, f"ram.total {ram_total}")
             print(f"source: total-time {info.get('total-time')} ms, downtime {info.get('downtime')} ms, ram.total {ram_total}, "
                   f"dirty-sync-count {info.get('ram', {}).get('dirty-sync-count')}")
-            check("source postmigrate", src.qmp.execute("query-status")["status"] == "postmigrate")
+            # QEMU 7.2 sets "completed" before its main loop moves the run state
+            # from finish-migrate to postmigrate (migration_iteration_finish, a
+            # bottom half): the status may lag the event by a moment.
+            run_state = src.qmp.execute("query-status")["status"]
+            t_end = time.monotonic() + 5
+            while run_state == "finish-migrate" and time.monotonic() < t_end:
+                time.sleep(0.02)
+                run_state = src.qmp.execute("query-status")["status"]
+            check("source postmigrate", run_state == "postmigrate", f"run state {run_state}")
             check("destination paused (-S)", dst.qmp.execute("query-status")["status"] == "paused")
             dst.qmp.execute("cont")
             dst.wait_pass(last_src + 3, timeout_s=20)
