@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/estimate_command.h"
+#include "cli/gnuplot.h"
+#include "cli/migration_plot.h"
 #include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
@@ -44,6 +46,7 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& f) {
       ->check(CLI::IsMember({"tls", "tcp", "memory"}))
       ->capture_default_str();
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout (progress stays on stderr)");
+  AddMigrationPlotFlag(c, f.plot);
   return c;
 }
 
@@ -103,6 +106,9 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   }
   opt.source.cancel = &cancel;
   opt.destination.cancel = &cancel;
+  if (!f.plot.empty()) {  // before anything moves: never a migration only to fail at its picture
+    if (Status p = CheckPlotTarget(f.plot); !p.ok()) return UsageError(p);
+  }
 
   ProgressPrinter progress(stderr);
   auto devices = CreateDevices(*spec, *warmup, progress);
@@ -112,7 +118,11 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   progress.Note(fmt::format("migrating over {} data stream{} ({}){}", f.src.streams, f.src.streams == 1 ? "" : "s",
                             f.transport == "memory" ? "in memory" : "loopback TCP",
                             f.src.bandwidth.empty() ? "" : ", capped at " + f.src.bandwidth));
-  opt.source.on_progress = [&](const Progress& p) { progress.Update(p); };
+  ProgressTrace trace;
+  opt.source.on_progress = [&](const Progress& p) {
+    progress.Update(p);
+    trace.Add(p);
+  };
   opt.source.on_phase = [&](Phase p, uint32_t round) {
     if (p == Phase::kSwitchover) progress.Note(fmt::format("switchover: stopping the source after {} rounds", round));
   };
@@ -151,6 +161,8 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   }
 
   PrintDemo(f, res.source, estimate, security, source_kernels_during, check);
+  DrawMigrationPlot(f.plot, res.source, trace, fmt::format("gpumigrate demo{}: {}", f.dry_run ? " --dry-run" : "",
+                                                           source.Describe()));
   if (res.source.outcome != Outcome::kCompleted && res.destination.outcome != Outcome::kAborted) {
     Print(stderr, "destination: {} ({})\n", OutcomeName(res.destination.outcome),
                res.destination.status.message());

@@ -22,6 +22,7 @@ struct DemoFlags {
   std::string sample = "1s";
   std::string transport = "tls";
   std::string codec = "none";  // --dry-run: how long the estimator observes first
+  std::string plot;             // --plot FILE.png
 };
 
 // Registers the subcommand; `flags` must outlive the app.

@@ -9,6 +9,8 @@
 
 #include "cli/crash_hook.h"
 #include "cli/estimate_command.h"
+#include "cli/gnuplot.h"
+#include "cli/migration_plot.h"
 #include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
@@ -198,6 +200,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
   AddQemuSourceFlags(c, f.qemu);
   AddTlsFlags(c, f.tls);
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
+  AddMigrationPlotFlag(c, f.plot);
   return c;
 }
 
@@ -258,6 +261,9 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   if (!to.ok()) return Usage("migrate", to.status());
   auto opts = MakeSourceOptions(f.src);
   if (!opts.ok()) return Usage("migrate", opts.status());
+  if (!f.plot.empty()) {  // before anything moves: never a migration only to fail at its picture
+    if (Status p = CheckPlotTarget(f.plot); !p.ok()) return Usage("migrate", p);
+  }
   auto warmup = ParseDuration(f.warmup);
   auto connect_timeout = ParseDuration(f.connect_timeout);
   if (!warmup.ok() || !connect_timeout.ok()) {
@@ -325,7 +331,11 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
                             f.src.streams == 1 ? "" : "s", ns->security));
   o.session_id = ns->session_id;
   o.aes_key = ns->aes_key;
-  o.on_progress = [&](const Progress& p) { progress.Update(p); };
+  ProgressTrace trace;
+  o.on_progress = [&](const Progress& p) {
+    progress.Update(p);
+    trace.Add(p);
+  };
   o.on_phase = WithCrashHook(nullptr);
   if (guest != nullptr) guest->WireInto(o);
   std::vector<NetSession> links;
@@ -341,8 +351,11 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   } else if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
     progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
   }
+  const std::string title = fmt::format("gpumigrate migrate{} to {}: {}", f.dry_run ? " --dry-run" : "", f.to,
+                                        f.device);
   if (!estimate) {
     PrintMigrateReport(f, r, security, guest);
+    DrawMigrationPlot(f.plot, r, trace, title);
     return ExitCodeFor(r);
   }
   if (f.json) {
@@ -350,6 +363,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   } else {
     PrintProbe(stdout, "gpumigrate migrate", r, *estimate);
   }
+  DrawMigrationPlot(f.plot, r, trace, title);
   return r.status.ok() ? 0 : ExitCodeFor(r);
 }
 

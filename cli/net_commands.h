@@ -39,6 +39,7 @@ struct MigrateFlags {
   TlsFlags tls;
   QemuFlags qemu;
   bool json = false;
+  std::string plot;  // --plot FILE.png
 };
 
 struct ReceiveFlags {

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/gnuplot.h"
 #include "cli/plan_print.h"
 #include "cli/print.h"
 #include "gpumigrate/planner.h"
@@ -43,22 +44,9 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanFlags& f) {
 
 namespace {
 
-bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
-
 int Plot(const planner::Plan& plan, const std::string& png) {
-  char path[] = "/tmp/gpumigrate-plot-XXXXXX";
-  int fd = mkstemp(path);
-  if (fd < 0) {
-    Print(stderr, "gpumigrate plan: --plot: cannot create a temporary file\n");
-    return 2;
-  }
-  std::string script = PlanGnuplotScript(plan, png);
-  bool ok = write(fd, script.data(), script.size()) == static_cast<ssize_t>(script.size());
-  close(fd);
-  int rc = ok ? std::system(fmt::format("gnuplot '{}'", path).c_str()) : -1;
-  unlink(path);
-  if (rc != 0) {
-    Print(stderr, "gpumigrate plan: --plot: gnuplot could not draw {}\n", png);
+  if (Status s = RunGnuplot(PlanGnuplotScript(plan), png); !s.ok()) {
+    Print(stderr, "gpumigrate plan: {}\n", s.message());
     return 2;
   }
   Print(stderr, "timeline drawn to {}\n", png);
@@ -69,14 +57,8 @@ int Plot(const planner::Plan& plan, const std::string& png) {
 
 int RunPlan(const PlanFlags& f) {
   if (!f.plot.empty()) {
-    if (f.plot.find('\'') != std::string::npos) {
-      Print(stderr, "gpumigrate plan: --plot: the file name may not contain a quote\n");
-      return 2;
-    }
-    if (!HaveGnuplot()) {
-      Print(stderr,
-                 "gpumigrate plan: --plot needs gnuplot, which is not installed (apt-get install gnuplot-nox); "
-                 "the plan itself needs nothing\n");
+    if (Status s = CheckPlotTarget(f.plot); !s.ok()) {
+      Print(stderr, "gpumigrate plan: {}\n", s.message());
       return 2;
     }
   }

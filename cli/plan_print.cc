@@ -76,11 +76,10 @@ void PrintPlan(FILE* out, const Plan& p) {
   }
 }
 
-std::string PlanGnuplotScript(const Plan& p, const std::string& png) {
+std::string PlanGnuplotScript(const Plan& p) {
   std::string s;
   size_t n = p.actions.size();
   s += "set terminal pngcairo size 1200," + std::to_string(160 + 40 * n) + "\n";
-  s += fmt::format("set output '{}'\n", png);
   s += fmt::format("set title \"Evacuation of {}: {:.1f} s pipelined, {:.1f} s batched{}\"\n", p.host,
                    p.total_ms / 1e3, p.batched_total_ms / 1e3, p.feasible ? "" : " (NOT feasible)");
   s += "set xlabel 'seconds'\nset yrange [-0.5:" + std::to_string(n) + "-0.5]\nunset key\nset grid x\n";

@@ -10,8 +10,8 @@
 namespace gpumigrate::cli {
 
 void PrintPlan(FILE* out, const planner::Plan& plan);
-// A gnuplot script that writes `png_path`: one lane per VM, migrations and drains
+// A gnuplot script (for RunGnuplot, which sets the output): one lane per VM, migrations and drains
 // coloured, the stun marked at the end of each migration, power-offs as points.
-std::string PlanGnuplotScript(const planner::Plan& plan, const std::string& png_path);
+std::string PlanGnuplotScript(const planner::Plan& plan);
 
 }  // namespace gpumigrate::cli

@@ -1,0 +1,27 @@
+// Drawing with gnuplot, shared by every command with --plot: a check made
+// before any work starts (so a migration is never run only to fail at its
+// picture), and running a script that writes the PNG.
+#pragma once
+
+#include <string>
+
+#include "gpumigrate/status.h"
+
+namespace gpumigrate::cli {
+
+bool HaveGnuplot();
+
+// Ok when `png` can be drawn: gnuplot is installed, and the name is one a
+// gnuplot string can hold (no quote, no newline). Otherwise the reason, which
+// names the flag and says how to install gnuplot.
+Status CheckPlotTarget(const std::string& png);
+
+// Runs `script` (which sets its terminal, not its output) with gnuplot; an
+// error carries gnuplot's own complaint. An existing `png` is replaced only
+// when gnuplot succeeded in writing a non-empty file.
+Status RunGnuplot(const std::string& script, const std::string& png);
+
+// `text` as the inside of a gnuplot double-quoted string.
+std::string GnuplotText(const std::string& text);
+
+}  // namespace gpumigrate::cli
