@@ -1,5 +1,7 @@
 #include "cli/estimate_command.h"
 
+#include "cli/estimate_plot.h"
+#include "cli/gnuplot.h"
 #include "cli/path_calibration.h"
 #include "cli/print.h"
 #include "cli/projection_print.h"
@@ -56,7 +58,10 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
               "stop-and-copy");
   c->add_option("--table-gpus", f.table_gpus, "GPU counts of the table")->capture_default_str();
   c->add_option("--table-links", f.table_links, "Links of the table")->capture_default_str();
-  c->add_option("--plot", f.plot, "With --project-table: also draw it as an SVG file");
+  c->add_option("--plot", f.plot,
+                "Also draw the prediction as a PNG (needs gnuplot): W(t) per region with the rounds' lengths, bytes "
+                "per predicted round, bytes over time with the stun, the switchover rule against the target; with "
+                "--project-table: the table as an SVG file");
   c->add_option("--target", f.target,
                 "Host profile measured on the target (`gpumigrate calibrate --profile-out FILE` there); default: "
                 "this host's, scaled to --cores");
@@ -185,7 +190,6 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
   if ((f.project_per_gpu || !f.kv_rate_per_gpu.empty()) && !o.project) {
     return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
   }
-  if (!f.plot.empty() && !f.project_table) return InvalidArgument("--plot draws the --project-table");
   if (o.project || !f.target.empty() || f.cores || !f.nic.empty() || !f.per_stream.empty() || f.shared_host ||
       f.source_threads != 1) {
     GM_RETURN_IF_ERROR(SetTarget(f, o));
@@ -361,6 +365,12 @@ int RunEstimate(const EstimateFlags& f) {
     Print(stderr, "gpumigrate estimate: {}\n", (!opts.ok() ? opts.status() : warmup.status()).message());
     return 2;
   }
+  if (!f.plot.empty() && !f.project_table) {  // before observing: never an estimate only to fail at its picture
+    if (Status p = CheckPlotTarget(f.plot); !p.ok()) {
+      Print(stderr, "gpumigrate estimate: {}\n", p.message());
+      return 2;
+    }
+  }
   auto dev = OpenDevice(f.device, true);
   if (!dev.ok()) {
     Print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
@@ -385,6 +395,7 @@ int RunEstimate(const EstimateFlags& f) {
   } else {
     PrintEstimate(stdout, *report);
   }
+  DrawEstimatePlot(f.plot, *report, fmt::format("gpumigrate estimate --device {}", f.device));
   return 0;
 }
 

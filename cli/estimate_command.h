@@ -29,7 +29,7 @@ struct EstimateFlags {
   bool project_table = false;
   std::string table_gpus = "1,2,4,8";
   std::string table_links = "25Gbit,100Gbit,400Gbit";
-  std::string plot;                 // SVG file for the table
+  std::string plot;                 // PNG of the prediction; with --project-table, SVG of the table
   std::string target;               // host profile file measured on the target
   uint32_t cores = 0;               // 0: the profile's
   uint32_t streams = 0;             // 0: the migration's default

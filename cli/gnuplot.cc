@@ -13,6 +13,8 @@
 
 #include <fmt/format.h>
 
+#include "cli/print.h"
+
 namespace gpumigrate::cli {
 
 bool HaveGnuplot() { return std::system("command -v gnuplot >/dev/null 2>&1") == 0; }
@@ -86,6 +88,17 @@ Status RunGnuplot(const std::string& script, const std::string& png) {
   unlink(out_path.c_str());
   rmdir(dir);
   return result;
+}
+
+bool DrawPlot(const std::string& png, const std::string& script) {
+  if (png.empty()) return false;
+  Status st = RunGnuplot(script, png);
+  if (!st.ok()) {
+    Print(stderr, "--plot {}: not drawn: {}\n", png, st.message());
+    return false;
+  }
+  Print(stderr, "plot drawn to {}\n", png);
+  return true;
 }
 
 }  // namespace gpumigrate::cli

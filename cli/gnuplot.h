@@ -21,6 +21,11 @@ Status CheckPlotTarget(const std::string& png);
 // when gnuplot succeeded in writing a non-empty file.
 Status RunGnuplot(const std::string& script, const std::string& png);
 
+// Runs `script` to draw `png` after a command's report printed, and says on
+// stderr where it was drawn or why not (the command's outcome stands either
+// way). Empty `png`: nothing. Returns whether it was drawn.
+bool DrawPlot(const std::string& png, const std::string& script);
+
 // `text` as the inside of a gnuplot double-quoted string.
 std::string GnuplotText(const std::string& text);
 

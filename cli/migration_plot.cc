@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 
 #include "cli/gnuplot.h"
-#include "cli/print.h"
 #include "gpumigrate/outcome.h"
 #include "gpumigrate/units.h"
 
@@ -131,14 +130,7 @@ void AddMigrationPlotFlag(CLI::App* c, std::string& png) {
 
 bool DrawMigrationPlot(const std::string& png, const MigrationReport& r, const ProgressTrace& trace,
                        const std::string& title) {
-  if (png.empty()) return false;
-  Status st = RunGnuplot(MigrationPlotScript(r, trace.samples(), title), png);
-  if (!st.ok()) {
-    Print(stderr, "--plot {}: not drawn: {}\n", png, st.message());
-    return false;
-  }
-  Print(stderr, "plot drawn to {}\n", png);
-  return true;
+  return !png.empty() && DrawPlot(png, MigrationPlotScript(r, trace.samples(), title));
 }
 
 }  // namespace gpumigrate::cli

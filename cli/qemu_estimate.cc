@@ -7,6 +7,8 @@
 #include <fmt/format.h>
 
 #include "cli/estimate_command.h"
+#include "cli/estimate_plot.h"
+#include "cli/gnuplot.h"
 #include "cli/print.h"
 #include "cli/qemu_hook.h"
 #include "gpumigrate/calibration.h"
@@ -117,6 +119,9 @@ int RunQemuEstimate(const EstimateFlags& f) {
     return Fail(2, InvalidArgument(fmt::format("--qemu-dirty-sample {}: QEMU 7.2 samples whole seconds, 1s to 60s",
                                                f.qemu_dirty_sample)));
   }
+  if (!f.plot.empty()) {
+    if (Status p = CheckPlotTarget(f.plot); !p.ok()) return Fail(2, p);
+  }
   auto dev = OpenDevice(f.device, true);
   if (!dev.ok()) return Fail(2, dev.status());
   QmpOptions qo;
@@ -159,6 +164,7 @@ int RunQemuEstimate(const EstimateFlags& f) {
   } else {
     PrintEstimate(stdout, *report);
   }
+  DrawEstimatePlot(f.plot, *report, fmt::format("gpumigrate estimate --device {} --qemu {}", f.device, f.qemu));
   return 0;
 }
 

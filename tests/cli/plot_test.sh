@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# --plot on `demo` and `migrate` (loopback TLS, two processes): a real PNG drawn
-# by gnuplot after the report; the name checked before anything moves (a name
-# gnuplot cannot hold, a directory nobody can write, gnuplot missing: exit 2 and
-# no migration). Usage: plot_test.sh path/to/gpumigrate
+# --plot on `demo`, `migrate` (loopback TLS, two processes) and `estimate`: a
+# real PNG drawn by gnuplot after the report; the name checked before anything
+# moves or is observed (a name gnuplot cannot hold, a directory nobody can write,
+# gnuplot missing: exit 2, no migration, no estimate); `estimate --project-table
+# --plot` still writes its SVG. Usage: plot_test.sh path/to/gpumigrate
 set -uo pipefail
 bin=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,6 +40,21 @@ for f in q d n; do
   if grep -q "round 0" "$tmp/$f.err" || [ -s "$tmp/$f.out" ]; then echo "FAIL: a refused --plot ($f) migrated first"; fail=1; fi
 done
 echo "ok: a refused --plot migrated nothing"
+"$bin" estimate --device "$dev" --sample 200ms --transport in-process --plot "$tmp/it's.png" >"$tmp/eq.out" 2>"$tmp/eq.err"
+check "estimate: a quote in the --plot name exits 2" 2 $?
+PATH="$tmp/nognuplot" "$bin" estimate --device "$dev" --sample 200ms --transport in-process --plot "$tmp/x.png" \
+  >"$tmp/en.out" 2>"$tmp/en.err"
+check "estimate --plot without gnuplot exits 2" 2 $?
+contains "estimate --plot without gnuplot says so" "$tmp/en.err" "needs gnuplot"
+for f in eq en; do
+  if grep -q "observing" "$tmp/$f.err" || [ -s "$tmp/$f.out" ]; then echo "FAIL: a refused --plot ($f) observed first"; fail=1; fi
+done
+echo "ok: a refused estimate --plot observed nothing"
+# The table's SVG needs no gnuplot.
+PATH="$tmp/nognuplot" "$bin" estimate --device "$dev" --sample 200ms --project 80GB --project-table \
+  --table-gpus 1 --table-links 100Gbit --plot "$tmp/table.svg" >"$tmp/t.out" 2>"$tmp/t.err"
+check "estimate --project-table --plot" 0 $?
+contains "estimate --project-table --plot writes an SVG" "$tmp/table.svg" "<svg"
 
 if ! command -v gnuplot >/dev/null; then
   echo "skip: gnuplot is not installed: no PNG drawn (scripts/bootstrap installs gnuplot-nox)"
@@ -67,5 +83,12 @@ check "migrate --plot" 0 $?
 wait "$rpid"; check "receive" 0 $?
 is_png "migrate --plot draws a PNG" "$tmp/migrate.png"
 contains "migrate --plot: the report printed too" "$tmp/migrate.out" "completed"
+# estimate: the prediction as a PNG, the JSON unchanged by it.
+"$bin" estimate --device "$dev" --sample 500ms --transport in-process --downtime-target 20ms --json \
+  --plot "$tmp/estimate.png" >"$tmp/estimate.json" 2>"$tmp/estimate.err"
+check "estimate --plot" 0 $?
+is_png "estimate --plot draws a PNG" "$tmp/estimate.png"
+contains "estimate --plot says where" "$tmp/estimate.err" "plot drawn to $tmp/estimate.png"
+json_check "$tmp/estimate.json" '"decision" in r and len(r["predicted_rounds"]) >= 1' "estimate --json with --plot"
 [ -n "${PLOT_KEEP:-}" ] && cp "$tmp"/*.png "$PLOT_KEEP"/
 exit $fail

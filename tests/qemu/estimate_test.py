@@ -47,10 +47,19 @@ def bad_args(gm, pair):
 def estimate(gm, pair, workdir):
     argv = [gm, "estimate", "--qemu", pair.src.qmp_path, "--device", f"shm:{pair.src.dev_path}", "--link", LINK,
             "--json"]
+    png = os.path.join(workdir, "estimate.png")
+    plot = shutil.which("gnuplot") is not None
+    if plot:
+        argv += ["--plot", png]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=90)
     with open(os.path.join(workdir, "estimate.err"), "w") as f:
         f.write(r.stderr)
     check("estimate exits 0", r.returncode == 0, f"rc {r.returncode}: {r.stderr[-2000:]}")
+    if plot:
+        with open(png, "rb") as f:
+            head = f.read(8)
+        check("--plot draws the guest's prediction as a PNG", head == b"\x89PNG\r\n\x1a\n" and
+              os.path.getsize(png) > 20000, f"{head!r}, {os.path.getsize(png)} bytes")
     try:
         return json.loads(r.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):

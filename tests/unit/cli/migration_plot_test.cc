@@ -4,34 +4,15 @@
 // an error) cannot break out of gnuplot's strings.
 #include <gtest/gtest.h>
 
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/gnuplot.h"
 #include "cli/migration_plot.h"
+#include "tests/unit/cli/gnuplot_block.h"
 
 namespace gpumigrate::cli {
 namespace {
-
-// The lines of the data block NAME ("$NAME << EOD" ... "EOD").
-std::vector<std::string> Block(const std::string& script, const std::string& name) {
-  std::istringstream in(script);
-  std::vector<std::string> lines;
-  std::string line;
-  bool inside = false;
-  while (std::getline(in, line)) {
-    if (line == "$" + name + " << EOD") {
-      inside = true;
-    } else if (inside && line == "EOD") {
-      return lines;
-    } else if (inside) {
-      lines.push_back(line);
-    }
-  }
-  ADD_FAILURE() << "no data block $" << name;
-  return lines;
-}
 
 MigrationReport ThreeRounds() {
   MigrationReport r;
