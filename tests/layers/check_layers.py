@@ -27,6 +27,7 @@ PUBLIC_HEADERS = {
     "estimator.h": "estimator", "calibration.h": "estimator", "path_calibration.h": "estimator", "projection.h": "estimator",
     "checkpoint.h": "checkpoint",
     "planner.h": "planner",
+    "evacuation_store.h": "evacuation",
     "qmp.h": "qemu", "qemu.h": "qemu",
     "shim.h": None,  # libgpumigrate_shim's C API, for workloads
 }

@@ -1,0 +1,364 @@
+// The embedded evacuation store: a directory on one machine. Every call takes
+// an flock on DIR/lock for its whole read-check-write, so evacuations in
+// several processes of this machine see each other's reservations and journal
+// lines. Each record is a line "<xxh64 hex> <json>": the checksum covers the
+// exact JSON bytes, so damage is found without trusting the JSON to re-encode
+// the same way.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <xxhash.h>
+
+#include "gpumigrate/evacuation_store.h"
+
+namespace gpumigrate {
+
+namespace {
+
+using J = nlohmann::ordered_json;
+
+constexpr auto kLockWait = std::chrono::seconds(10);
+
+int64_t NowUnixMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string Line(const J& j) {
+  const std::string text = j.dump();
+  return fmt::format("{:016x} {}\n", XXH64(text.data(), text.size(), 0), text);
+}
+
+// The JSON of one "<hex> <json>" line, or why not.
+Result<J> ParseLine(const std::string& line, const std::string& where) {
+  if (line.size() < 18 || line[16] != ' ') return Corrupt(fmt::format("{}: not a checksummed record", where));
+  const std::string text = line.substr(17);
+  if (fmt::format("{:016x}", XXH64(text.data(), text.size(), 0)) != line.substr(0, 16)) {
+    return Corrupt(fmt::format("{}: checksum mismatch (the record was damaged)", where));
+  }
+  J j = J::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return Corrupt(fmt::format("{}: not a JSON object", where));
+  return j;
+}
+
+Result<std::string> ReadAll(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return std::string();
+    return Status::FromErrno(errno, "open " + path);
+  }
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      Status s = Status::FromErrno(errno, "read " + path);
+      close(fd);
+      return s;
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+Status WriteFully(int fd, const std::string& data, const std::string& path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::FromErrno(errno, "write " + path);
+    done += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status SyncDir(const std::string& dir) {
+  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::FromErrno(errno, "open " + dir);
+  int rc = fsync(fd);
+  close(fd);
+  return rc == 0 ? Status::Ok() : Status::FromErrno(errno, "fsync " + dir);
+}
+
+J ToJson(const Reservation& r) {
+  return {{"id", r.id}, {"evacuation", r.evacuation}, {"vm", r.vm}, {"host", r.host}, {"units", r.units},
+          {"created_unix_ms", r.created_unix_ms}};
+}
+
+J ToJson(const JournalEntry& e) {
+  return {{"seq", e.seq},       {"unix_ms", e.unix_ms}, {"evacuation", e.evacuation},
+          {"controller", e.controller}, {"vm", e.vm},   {"action", e.action},
+          {"phase", JournalPhaseName(e.phase)}, {"target", e.target}, {"detail", e.detail}};
+}
+
+// Values of the wrong type come back as the error, naming the key and `where`.
+template <typename T>
+Status Get(const J& j, const char* key, T& out, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return Corrupt(fmt::format("{}: no \"{}\"", where, key));
+  try {
+    out = it->get<T>();
+  } catch (const J::exception&) {
+    return Corrupt(fmt::format("{}: \"{}\" has the wrong type", where, key));
+  }
+  return Status::Ok();
+}
+
+Result<JournalEntry> EntryFromJson(const J& j, const std::string& where) {
+  JournalEntry e;
+  std::string phase;
+  for (Status s : {Get(j, "seq", e.seq, where), Get(j, "unix_ms", e.unix_ms, where),
+                   Get(j, "evacuation", e.evacuation, where), Get(j, "controller", e.controller, where),
+                   Get(j, "vm", e.vm, where), Get(j, "action", e.action, where), Get(j, "phase", phase, where),
+                   Get(j, "target", e.target, where), Get(j, "detail", e.detail, where)}) {
+    if (!s.ok()) return s;
+  }
+  auto p = ParseJournalPhase(phase);
+  if (!p) return Corrupt(fmt::format("{}: unknown phase \"{}\"", where, phase));
+  e.phase = *p;
+  return e;
+}
+
+Result<Reservation> ReservationFromJson(const J& j, const std::string& where) {
+  Reservation r;
+  for (Status s : {Get(j, "id", r.id, where), Get(j, "evacuation", r.evacuation, where), Get(j, "vm", r.vm, where),
+                   Get(j, "host", r.host, where), Get(j, "units", r.units, where),
+                   Get(j, "created_unix_ms", r.created_unix_ms, where)}) {
+    if (!s.ok()) return s;
+  }
+  return r;
+}
+
+struct ReservationTable {
+  uint64_t next_id = 1;
+  std::vector<Reservation> reservations;
+};
+
+class FileStore final : public EvacuationStore {
+ public:
+  explicit FileStore(std::string dir)
+      : dir_(std::move(dir)), journal_(dir_ + "/journal.jsonl"), table_(dir_ + "/reservations.json") {}
+
+  Status Init() {
+    if (mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) return Status::FromErrno(errno, "mkdir " + dir_);
+    lock_fd_ = open((dir_ + "/lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (lock_fd_ < 0) return Status::FromErrno(errno, "open " + dir_ + "/lock");
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_RETURN_IF_ERROR(RepairTornTail());
+    // Read both once: a damaged store is refused at open, not mid-evacuation.
+    GM_RETURN_IF_ERROR(ReadJournal().status());
+    return ReadTable().status();
+  }
+
+  ~FileStore() override {
+    if (lock_fd_ >= 0) close(lock_fd_);
+  }
+
+  std::string Describe() const override { return "file store " + dir_; }
+  std::vector<std::string> Notes() const override { return notes_; }
+
+  Result<Reservation> Reserve(Reservation r) override {
+    if (r.units.empty()) return InvalidArgument("a reservation needs at least one unit");
+    if (r.evacuation.empty() || r.vm.empty()) return InvalidArgument("a reservation names its evacuation and VM");
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_ASSIGN_OR_RETURN(ReservationTable t, ReadTable());
+    for (const auto& held : t.reservations) {
+      if (held.evacuation == r.evacuation && held.vm == r.vm) continue;  // its own earlier try
+      for (const auto& u : held.units) {
+        if (std::find(r.units.begin(), r.units.end(), u) != r.units.end()) {
+          return FailedPrecondition(fmt::format("{} is already reserved by evacuation {} for {} ({})", u,
+                                                held.evacuation, held.vm, held.id));
+        }
+      }
+    }
+    // A retried Reserve (the controller restarted before it saw the answer)
+    // returns the reservation it made.
+    for (const auto& held : t.reservations) {
+      if (held.evacuation == r.evacuation && held.vm == r.vm && held.host == r.host && held.units == r.units) {
+        return held;
+      }
+    }
+    r.id = fmt::format("r{}", t.next_id++);
+    if (r.created_unix_ms == 0) r.created_unix_ms = NowUnixMs();
+    t.reservations.push_back(r);
+    GM_RETURN_IF_ERROR(WriteTable(t));
+    return r;
+  }
+
+  Status Release(const std::string& id) override {
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_ASSIGN_OR_RETURN(ReservationTable t, ReadTable());
+    auto it = std::find_if(t.reservations.begin(), t.reservations.end(),
+                           [&](const Reservation& x) { return x.id == id; });
+    if (it == t.reservations.end()) return InvalidArgument(fmt::format("no reservation {} in {}", id, table_));
+    t.reservations.erase(it);
+    return WriteTable(t);
+  }
+
+  Result<size_t> ReleaseAll(const std::string& evacuation) override {
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_ASSIGN_OR_RETURN(ReservationTable t, ReadTable());
+    const size_t before = t.reservations.size();
+    std::erase_if(t.reservations, [&](const Reservation& x) { return x.evacuation == evacuation; });
+    const size_t n = before - t.reservations.size();
+    if (n > 0) GM_RETURN_IF_ERROR(WriteTable(t));
+    return n;
+  }
+
+  Result<std::vector<Reservation>> Reservations() override {
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_ASSIGN_OR_RETURN(ReservationTable t, ReadTable());
+    return t.reservations;
+  }
+
+  Result<JournalEntry> Append(JournalEntry e) override {
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_RETURN_IF_ERROR(RepairTornTail());
+    GM_ASSIGN_OR_RETURN(std::vector<JournalEntry> all, ReadJournal());
+    e.seq = all.empty() ? 1 : all.back().seq + 1;
+    if (e.unix_ms == 0) e.unix_ms = NowUnixMs();
+    struct stat st{};
+    const bool fresh = stat(journal_.c_str(), &st) != 0;
+    int fd = open(journal_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::FromErrno(errno, "open " + journal_);
+    Status s = WriteFully(fd, Line(ToJson(e)), journal_);
+    if (s.ok() && fsync(fd) != 0) s = Status::FromErrno(errno, "fsync " + journal_);
+    close(fd);
+    if (s.ok() && fresh) s = SyncDir(dir_);
+    if (!s.ok()) return s;
+    return e;
+  }
+
+  Result<std::vector<JournalEntry>> Journal(const std::string& evacuation) override {
+    GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
+    GM_RETURN_IF_ERROR(RepairTornTail());
+    GM_ASSIGN_OR_RETURN(std::vector<JournalEntry> all, ReadJournal());
+    if (!evacuation.empty()) std::erase_if(all, [&](const JournalEntry& e) { return e.evacuation != evacuation; });
+    return all;
+  }
+
+ private:
+  // Held for one call.
+  class Lock {
+   public:
+    explicit Lock(int fd) : fd_(fd) {}
+    Lock(Lock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    Lock& operator=(Lock&&) = delete;
+    ~Lock() {
+      if (fd_ >= 0) flock(fd_, LOCK_UN);
+    }
+
+   private:
+    int fd_;
+  };
+
+  Result<Lock> TakeLock() {
+    const auto deadline = std::chrono::steady_clock::now() + kLockWait;
+    while (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      if (errno != EWOULDBLOCK && errno != EINTR) return Status::FromErrno(errno, "flock " + dir_ + "/lock");
+      if (std::chrono::steady_clock::now() > deadline) {
+        return Status(StatusCode::kDeadlineExceeded,
+                      fmt::format("{}/lock: held by another process for {} s", dir_, kLockWait.count()));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return Lock(lock_fd_);
+  }
+
+  // A crash mid-Append (in any process) leaves a last line without its
+  // newline: that Append never returned, so the line is cut off (and said so
+  // in Notes) before the journal is read or appended to.
+  Status RepairTornTail() {
+    GM_ASSIGN_OR_RETURN(std::string text, ReadAll(journal_));
+    if (text.empty() || text.back() == '\n') return Status::Ok();
+    const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+    const size_t line = static_cast<size_t>(std::count(text.begin(), text.begin() + static_cast<long>(keep), '\n')) + 1;
+    if (truncate(journal_.c_str(), static_cast<off_t>(keep)) != 0) return Status::FromErrno(errno, "truncate " + journal_);
+    notes_.push_back(fmt::format("{} line {}: cut off by a crash mid-write ({} bytes, never acknowledged); removed",
+                                 journal_, line, text.size() - keep));
+    return Status::Ok();
+  }
+
+  Result<std::vector<JournalEntry>> ReadJournal() {
+    GM_ASSIGN_OR_RETURN(std::string text, ReadAll(journal_));
+    std::vector<JournalEntry> out;
+    size_t pos = 0, line = 0;
+    while (pos < text.size()) {
+      size_t end = text.find('\n', pos);
+      if (end == std::string::npos) end = text.size();  // RepairTornTail ran first: only a damaged last line
+      ++line;
+      const std::string where = fmt::format("{} line {}", journal_, line);
+      GM_ASSIGN_OR_RETURN(J j, ParseLine(text.substr(pos, end - pos), where));
+      GM_ASSIGN_OR_RETURN(JournalEntry e, EntryFromJson(j, where));
+      if (!out.empty() && e.seq != out.back().seq + 1) {
+        return Corrupt(fmt::format("{}: seq {} after {} (a line is missing or repeated)", where, e.seq,
+                                   out.back().seq));
+      }
+      out.push_back(std::move(e));
+      pos = end + 1;
+    }
+    return out;
+  }
+
+  Result<ReservationTable> ReadTable() {
+    GM_ASSIGN_OR_RETURN(std::string text, ReadAll(table_));
+    ReservationTable t;
+    if (text.empty()) return t;
+    if (text.back() != '\n') return Corrupt(fmt::format("{}: truncated", table_));
+    text.pop_back();
+    GM_ASSIGN_OR_RETURN(J j, ParseLine(text, table_));
+    GM_RETURN_IF_ERROR(Get(j, "next_id", t.next_id, table_));
+    if (!j.contains("reservations") || !j["reservations"].is_array()) {
+      return Corrupt(fmt::format("{}: no \"reservations\" list", table_));
+    }
+    size_t i = 0;
+    for (const auto& x : j["reservations"]) {
+      GM_ASSIGN_OR_RETURN(Reservation r, ReservationFromJson(x, fmt::format("{} reservations[{}]", table_, i++)));
+      t.reservations.push_back(std::move(r));
+    }
+    return t;
+  }
+
+  // Through a temporary file and a rename: a crash leaves the old table or the new.
+  Status WriteTable(const ReservationTable& t) {
+    J list = J::array();
+    for (const auto& r : t.reservations) list.push_back(ToJson(r));
+    const J j = {{"version", 1}, {"next_id", t.next_id}, {"reservations", std::move(list)}};
+    const std::string tmp = table_ + ".tmp";
+    int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) return Status::FromErrno(errno, "open " + tmp);
+    Status s = WriteFully(fd, Line(j), tmp);
+    if (s.ok() && fsync(fd) != 0) s = Status::FromErrno(errno, "fsync " + tmp);
+    close(fd);
+    if (s.ok() && rename(tmp.c_str(), table_.c_str()) != 0) s = Status::FromErrno(errno, "rename to " + table_);
+    if (s.ok()) s = SyncDir(dir_);
+    return s;
+  }
+
+  std::string dir_, journal_, table_;
+  int lock_fd_ = -1;
+  std::vector<std::string> notes_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<EvacuationStore>> OpenFileStore(const std::string& dir) {
+  if (dir.empty()) return InvalidArgument("the store's directory is empty");
+  auto store = std::make_unique<FileStore>(dir);
+  if (Status s = store->Init(); !s.ok()) return s.WithContext("evacuation store " + dir);
+  return std::unique_ptr<EvacuationStore>(std::move(store));
+}
+
+}  // namespace gpumigrate

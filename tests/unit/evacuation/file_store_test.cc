@@ -1,0 +1,304 @@
+// The embedded evacuation store (engine/evacuation/file_store.cc): a
+// reservation takes all its units or none and names who holds a unit it cannot
+// have; processes racing for the last free unit get it exactly once; journal
+// lines appended by several processes come back in one unbroken sequence; a
+// line torn by a crash is cut off and said so, while damage anywhere else is
+// refused with the file and line.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gpumigrate/evacuation_store.h"
+
+namespace gpumigrate {
+namespace {
+
+namespace fs = std::filesystem;
+
+class FileStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gm-store-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = std::string(tmpl) + "/store";  // the store creates it
+  }
+  void TearDown() override { fs::remove_all(fs::path(dir_).parent_path()); }
+
+  std::unique_ptr<EvacuationStore> Open() {
+    auto s = OpenFileStore(dir_);
+    EXPECT_TRUE(s.ok()) << s.status().message();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+  std::string Read(const std::string& name) {
+    std::ifstream f(dir_ + "/" + name);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+  void Write(const std::string& name, const std::string& text) {
+    std::ofstream f(dir_ + "/" + name, std::ios::trunc);
+    f << text;
+  }
+  static JournalEntry Entry(const std::string& vm, JournalPhase phase) {
+    return {.evacuation = "e1", .controller = "test", .vm = vm, .action = "live-migrate", .phase = phase,
+            .target = "gpu-b"};
+  }
+
+  std::string dir_;
+};
+
+Reservation Want(const std::string& evacuation, const std::string& vm, std::vector<std::string> units) {
+  return {.evacuation = evacuation, .vm = vm, .host = "gpu-b", .units = std::move(units)};
+}
+
+TEST_F(FileStoreTest, AReservationTakesAllItsUnitsOrNoneAndNamesTheHolder) {
+  auto store = Open();
+  auto a = store->Reserve(Want("e1", "llm-1", {"gpu-b/gpu0/slice0", "gpu-b/gpu0/slice1"}));
+  ASSERT_TRUE(a.ok()) << a.status().message();
+  EXPECT_EQ(a->id, "r1");
+  auto b = store->Reserve(Want("e2", "llm-2", {"gpu-b/gpu0/slice2", "gpu-b/gpu0/slice1"}));
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(b.status().message().find("gpu-b/gpu0/slice1 is already reserved by evacuation e1 for llm-1 (r1)"),
+            std::string::npos)
+      << b.status().message();
+  // None of it was taken: slice2 is still free.
+  auto c = store->Reserve(Want("e2", "llm-2", {"gpu-b/gpu0/slice2"}));
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto all = store->Reservations();
+  ASSERT_TRUE(all.ok());
+  ASSERT_EQ(all->size(), 2u);
+  EXPECT_EQ((*all)[1].units, std::vector<std::string>{"gpu-b/gpu0/slice2"});
+  // Another VM of the same evacuation does not get a unit twice either.
+  EXPECT_FALSE(store->Reserve(Want("e1", "llm-3", {"gpu-b/gpu0/slice0"})).ok());
+}
+
+TEST_F(FileStoreTest, ARetriedReserveReturnsTheSameReservation) {
+  auto store = Open();
+  auto a = store->Reserve(Want("e1", "llm-1", {"gpu-b/gpu2"}));
+  auto again = store->Reserve(Want("e1", "llm-1", {"gpu-b/gpu2"}));
+  ASSERT_TRUE(a.ok() && again.ok());
+  EXPECT_EQ(a->id, again->id);
+  EXPECT_EQ(store->Reservations()->size(), 1u);
+}
+
+TEST_F(FileStoreTest, ReleasedUnitsAreFreeAndAnUnknownIdIsNamed) {
+  auto store = Open();
+  auto a = store->Reserve(Want("e1", "llm-1", {"u1"}));
+  auto b = store->Reserve(Want("e1", "llm-2", {"u2"}));
+  auto c = store->Reserve(Want("e2", "llm-3", {"u3"}));
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_TRUE(store->Release(a->id).ok());
+  EXPECT_TRUE(store->Reserve(Want("e2", "llm-4", {"u1"})).ok());
+  Status unknown = store->Release("r99");
+  EXPECT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.message().find("no reservation r99"), std::string::npos) << unknown.message();
+  auto n = store->ReleaseAll("e2");
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 2u);
+  auto left = store->Reservations();
+  ASSERT_EQ(left->size(), 1u);
+  EXPECT_EQ((*left)[0].vm, "llm-2");
+}
+
+TEST_F(FileStoreTest, ReservationsAndTheJournalOutliveTheProcess) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->Reserve(Want("e1", "llm-1", {"u1"})).ok());
+    ASSERT_TRUE(store->Append(Entry("llm-1", JournalPhase::kPlanned)).ok());
+    ASSERT_TRUE(store->Append(Entry("llm-1", JournalPhase::kStarted)).ok());
+  }
+  auto store = Open();
+  auto r = store->Reservations();
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].units, std::vector<std::string>{"u1"});
+  auto j = store->Journal();
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  ASSERT_EQ(j->size(), 2u);
+  EXPECT_EQ((*j)[1].seq, 2u);
+  EXPECT_EQ((*j)[1].phase, JournalPhase::kStarted);
+  EXPECT_EQ((*j)[1].target, "gpu-b");
+  EXPECT_GT((*j)[1].unix_ms, 0);
+  // The next id continues: an id is never handed out twice.
+  auto next = store->Reserve(Want("e1", "llm-2", {"u2"}));
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->id, "r2");
+}
+
+// Children race for one unit; returns how many got it.
+int Race(const std::string& dir, const std::string& unit, int children) {
+  std::vector<pid_t> pids;
+  for (int c = 0; c < children; ++c) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto store = OpenFileStore(dir);
+      if (!store.ok()) _exit(2);
+      auto r = (*store)->Reserve(Want("evac-" + std::to_string(c), "vm-" + std::to_string(c), {unit}));
+      _exit(r.ok() ? 0 : r.status().code() == StatusCode::kFailedPrecondition ? 1 : 2);
+    }
+    pids.push_back(pid);
+  }
+  int winners = 0;
+  for (pid_t pid : pids) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) == 2) return -1;
+    if (WEXITSTATUS(st) == 0) ++winners;
+  }
+  return winners;
+}
+
+TEST_F(FileStoreTest, ProcessesRacingForTheLastFreeSlotGetItExactlyOnce) {
+  ASSERT_NE(Open(), nullptr);
+  for (int round = 0; round < 20; ++round) {
+    const std::string unit = "gpu-c/gpu0/slice" + std::to_string(round);
+    EXPECT_EQ(Race(dir_, unit, 6), 1) << "round " << round;
+  }
+  auto all = Open()->Reservations();
+  ASSERT_TRUE(all.ok()) << all.status().message();
+  EXPECT_EQ(all->size(), 20u);
+}
+
+TEST_F(FileStoreTest, LinesAppendedByManyProcessesFormOneUnbrokenSequence) {
+  ASSERT_NE(Open(), nullptr);
+  std::vector<pid_t> pids;
+  for (int c = 0; c < 4; ++c) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      auto store = OpenFileStore(dir_);
+      if (!store.ok()) _exit(2);
+      for (int i = 0; i < 40; ++i) {
+        if (!(*store)->Append(Entry("vm-" + std::to_string(c), JournalPhase::kStarted)).ok()) _exit(3);
+      }
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  for (pid_t pid : pids) {
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  }
+  auto j = Open()->Journal();
+  ASSERT_TRUE(j.ok()) << j.status().message();
+  ASSERT_EQ(j->size(), 160u);
+  for (size_t i = 0; i < j->size(); ++i) EXPECT_EQ((*j)[i].seq, i + 1);
+  auto states = SummarizeJournal(*j);
+  ASSERT_EQ(states.size(), 4u);
+  for (const auto& s : states) EXPECT_EQ(s.attempts, 40u) << s.vm;
+}
+
+TEST_F(FileStoreTest, ALineTornByACrashIsCutOffAndSaidSo) {
+  {
+    auto store = Open();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Append(Entry("llm-1", JournalPhase::kPlanned)).ok());
+  }
+  // What a crash mid-write leaves: the start of a fourth line, no newline.
+  std::string text = Read("journal.jsonl");
+  const std::string line3 = text.substr(text.rfind('\n', text.size() - 2) + 1);
+  {
+    std::ofstream f(dir_ + "/journal.jsonl", std::ios::app);
+    f << line3.substr(0, 30);
+  }
+  auto store = Open();
+  ASSERT_EQ(store->Notes().size(), 1u);
+  EXPECT_NE(store->Notes()[0].find("journal.jsonl line 4: cut off by a crash mid-write (30 bytes"), std::string::npos)
+      << store->Notes()[0];
+  EXPECT_EQ(store->Journal()->size(), 3u);
+  auto e = store->Append(Entry("llm-1", JournalPhase::kStarted));
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ(e->seq, 4u);
+  // The torn bytes are gone: the three lines as they were, then the new one.
+  const std::string now = Read("journal.jsonl");
+  EXPECT_EQ(now.substr(0, text.size()), text);
+  EXPECT_EQ(std::count(now.begin(), now.end(), '\n'), 4);
+  EXPECT_EQ(now.back(), '\n');
+  EXPECT_EQ(Open()->Journal()->size(), 4u);
+}
+
+TEST_F(FileStoreTest, ADamagedLineIsRefusedNamingTheFileAndLine) {
+  {
+    auto store = Open();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Append(Entry("llm-1", JournalPhase::kPlanned)).ok());
+  }
+  std::string text = Read("journal.jsonl");
+  const size_t second = text.find('\n') + 1;
+  const size_t at = text.find("llm-1", second);
+  text[at] = 'L';  // a byte of line 2
+  Write("journal.jsonl", text);
+  auto store = OpenFileStore(dir_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(store.status().message().find("journal.jsonl line 2: checksum mismatch"), std::string::npos)
+      << store.status().message();
+}
+
+TEST_F(FileStoreTest, ALineMissingFromTheMiddleIsRefused) {
+  {
+    auto store = Open();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(store->Append(Entry("llm-1", JournalPhase::kPlanned)).ok());
+  }
+  std::string text = Read("journal.jsonl");
+  const size_t second = text.find('\n') + 1;
+  text.erase(second, text.find('\n', second) + 1 - second);
+  Write("journal.jsonl", text);
+  auto store = OpenFileStore(dir_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("line 2: seq 3 after 1"), std::string::npos) << store.status().message();
+}
+
+TEST_F(FileStoreTest, ADamagedReservationsFileIsRefusedAndALeftoverTemporaryIsNot) {
+  {
+    auto store = Open();
+    ASSERT_TRUE(store->Reserve(Want("e1", "llm-1", {"u1"})).ok());
+  }
+  Write("reservations.json.tmp", "half a table from a crash");
+  EXPECT_EQ(Open()->Reservations()->size(), 1u);
+  std::string text = Read("reservations.json");
+  text[text.find("u1")] = 'v';
+  Write("reservations.json", text);
+  auto store = OpenFileStore(dir_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("reservations.json: checksum mismatch"), std::string::npos)
+      << store.status().message();
+}
+
+TEST(SummarizeJournal, EachVmEndsInItsLastPhaseAndAStartedOneIsUnresolved) {
+  auto e = [](const std::string& vm, JournalPhase p, const std::string& target = "") {
+    return JournalEntry{.vm = vm, .action = "live-migrate", .phase = p, .target = target};
+  };
+  auto s = SummarizeJournal({e("a", JournalPhase::kPlanned, "gpu-b"), e("b", JournalPhase::kPlanned, "gpu-c"),
+                             e("a", JournalPhase::kStarted), e("b", JournalPhase::kStarted),
+                             e("a", JournalPhase::kCompleted), e("b", JournalPhase::kFailed),
+                             e("b", JournalPhase::kReplanned, "gpu-d"), e("b", JournalPhase::kStarted)});
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[0].vm, "a");
+  EXPECT_TRUE(s[0].finished());
+  EXPECT_EQ(s[0].target, "gpu-b");
+  EXPECT_EQ(s[1].vm, "b");
+  EXPECT_TRUE(s[1].unresolved());
+  EXPECT_EQ(s[1].attempts, 2u);
+  EXPECT_EQ(s[1].target, "gpu-d");
+}
+
+TEST(JournalPhase, NamesRoundTrip) {
+  for (auto p : {JournalPhase::kPlanned, JournalPhase::kStarted, JournalPhase::kCompleted, JournalPhase::kFailed,
+                 JournalPhase::kInDoubt, JournalPhase::kReplanned}) {
+    EXPECT_EQ(ParseJournalPhase(JournalPhaseName(p)), p);
+  }
+  EXPECT_FALSE(ParseJournalPhase("done").has_value());
+}
+
+}  // namespace
+}  // namespace gpumigrate
