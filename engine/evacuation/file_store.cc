@@ -15,23 +15,19 @@
 #include <thread>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <xxhash.h>
 
+#include "engine/evacuation/records.h"
 #include "gpumigrate/evacuation_store.h"
 
 namespace gpumigrate {
 
 namespace {
 
-using J = nlohmann::ordered_json;
+using evacuation::J;
+using evacuation::NowUnixMs;
 
 constexpr auto kLockWait = std::chrono::seconds(10);
-
-int64_t NowUnixMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string Line(const J& j) {
   const std::string text = j.dump();
@@ -92,55 +88,6 @@ Status SyncDir(const std::string& dir) {
   return rc == 0 ? Status::Ok() : Status::FromErrno(errno, "fsync " + dir);
 }
 
-J ToJson(const Reservation& r) {
-  return {{"id", r.id}, {"evacuation", r.evacuation}, {"vm", r.vm}, {"host", r.host}, {"units", r.units},
-          {"created_unix_ms", r.created_unix_ms}};
-}
-
-J ToJson(const JournalEntry& e) {
-  return {{"seq", e.seq},       {"unix_ms", e.unix_ms}, {"evacuation", e.evacuation},
-          {"controller", e.controller}, {"vm", e.vm},   {"action", e.action},
-          {"phase", JournalPhaseName(e.phase)}, {"target", e.target}, {"detail", e.detail}};
-}
-
-// Values of the wrong type come back as the error, naming the key and `where`.
-template <typename T>
-Status Get(const J& j, const char* key, T& out, const std::string& where) {
-  auto it = j.find(key);
-  if (it == j.end()) return Corrupt(fmt::format("{}: no \"{}\"", where, key));
-  try {
-    out = it->get<T>();
-  } catch (const J::exception&) {
-    return Corrupt(fmt::format("{}: \"{}\" has the wrong type", where, key));
-  }
-  return Status::Ok();
-}
-
-Result<JournalEntry> EntryFromJson(const J& j, const std::string& where) {
-  JournalEntry e;
-  std::string phase;
-  for (Status s : {Get(j, "seq", e.seq, where), Get(j, "unix_ms", e.unix_ms, where),
-                   Get(j, "evacuation", e.evacuation, where), Get(j, "controller", e.controller, where),
-                   Get(j, "vm", e.vm, where), Get(j, "action", e.action, where), Get(j, "phase", phase, where),
-                   Get(j, "target", e.target, where), Get(j, "detail", e.detail, where)}) {
-    if (!s.ok()) return s;
-  }
-  auto p = ParseJournalPhase(phase);
-  if (!p) return Corrupt(fmt::format("{}: unknown phase \"{}\"", where, phase));
-  e.phase = *p;
-  return e;
-}
-
-Result<Reservation> ReservationFromJson(const J& j, const std::string& where) {
-  Reservation r;
-  for (Status s : {Get(j, "id", r.id, where), Get(j, "evacuation", r.evacuation, where), Get(j, "vm", r.vm, where),
-                   Get(j, "host", r.host, where), Get(j, "units", r.units, where),
-                   Get(j, "created_unix_ms", r.created_unix_ms, where)}) {
-    if (!s.ok()) return s;
-  }
-  return r;
-}
-
 struct ReservationTable {
   uint64_t next_id = 1;
   std::vector<Reservation> reservations;
@@ -170,25 +117,16 @@ class FileStore final : public EvacuationStore {
   std::vector<std::string> Notes() const override { return notes_; }
 
   Result<Reservation> Reserve(Reservation r) override {
-    if (r.units.empty()) return InvalidArgument("a reservation needs at least one unit");
-    if (r.evacuation.empty() || r.vm.empty()) return InvalidArgument("a reservation names its evacuation and VM");
+    GM_RETURN_IF_ERROR(evacuation::CheckReservation(r));
     GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
     GM_ASSIGN_OR_RETURN(ReservationTable t, ReadTable());
     for (const auto& held : t.reservations) {
-      if (held.evacuation == r.evacuation && held.vm == r.vm) continue;  // its own earlier try
-      for (const auto& u : held.units) {
-        if (std::find(r.units.begin(), r.units.end(), u) != r.units.end()) {
-          return FailedPrecondition(fmt::format("{} is already reserved by evacuation {} for {} ({})", u,
-                                                held.evacuation, held.vm, held.id));
-        }
-      }
+      // A retried Reserve (the controller restarted before it saw the answer)
+      // returns the reservation it made.
+      if (evacuation::SameReservation(held, r)) return held;
     }
-    // A retried Reserve (the controller restarted before it saw the answer)
-    // returns the reservation it made.
     for (const auto& held : t.reservations) {
-      if (held.evacuation == r.evacuation && held.vm == r.vm && held.host == r.host && held.units == r.units) {
-        return held;
-      }
+      if (std::string u = evacuation::FirstShared(held, r); !u.empty()) return evacuation::Conflict(u, held);
     }
     r.id = fmt::format("r{}", t.next_id++);
     if (r.created_unix_ms == 0) r.created_unix_ms = NowUnixMs();
@@ -233,7 +171,7 @@ class FileStore final : public EvacuationStore {
     const bool fresh = stat(journal_.c_str(), &st) != 0;
     int fd = open(journal_.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) return Status::FromErrno(errno, "open " + journal_);
-    Status s = WriteFully(fd, Line(ToJson(e)), journal_);
+    Status s = WriteFully(fd, Line(evacuation::ToJson(e)), journal_);
     if (s.ok() && fsync(fd) != 0) s = Status::FromErrno(errno, "fsync " + journal_);
     close(fd);
     if (s.ok() && fresh) s = SyncDir(dir_);
@@ -301,7 +239,7 @@ class FileStore final : public EvacuationStore {
       ++line;
       const std::string where = fmt::format("{} line {}", journal_, line);
       GM_ASSIGN_OR_RETURN(J j, ParseLine(text.substr(pos, end - pos), where));
-      GM_ASSIGN_OR_RETURN(JournalEntry e, EntryFromJson(j, where));
+      GM_ASSIGN_OR_RETURN(JournalEntry e, evacuation::EntryFromJson(j, where));
       if (!out.empty() && e.seq != out.back().seq + 1) {
         return Corrupt(fmt::format("{}: seq {} after {} (a line is missing or repeated)", where, e.seq,
                                    out.back().seq));
@@ -319,13 +257,16 @@ class FileStore final : public EvacuationStore {
     if (text.back() != '\n') return Corrupt(fmt::format("{}: truncated", table_));
     text.pop_back();
     GM_ASSIGN_OR_RETURN(J j, ParseLine(text, table_));
-    GM_RETURN_IF_ERROR(Get(j, "next_id", t.next_id, table_));
+    if (!j.contains("next_id") || !j["next_id"].is_number_unsigned()) {
+      return Corrupt(fmt::format("{}: no \"next_id\"", table_));
+    }
+    t.next_id = j["next_id"].get<uint64_t>();
     if (!j.contains("reservations") || !j["reservations"].is_array()) {
       return Corrupt(fmt::format("{}: no \"reservations\" list", table_));
     }
     size_t i = 0;
     for (const auto& x : j["reservations"]) {
-      GM_ASSIGN_OR_RETURN(Reservation r, ReservationFromJson(x, fmt::format("{} reservations[{}]", table_, i++)));
+      GM_ASSIGN_OR_RETURN(Reservation r, evacuation::ReservationFromJson(x, fmt::format("{} reservations[{}]", table_, i++)));
       t.reservations.push_back(std::move(r));
     }
     return t;
@@ -334,7 +275,7 @@ class FileStore final : public EvacuationStore {
   // Through a temporary file and a rename: a crash leaves the old table or the new.
   Status WriteTable(const ReservationTable& t) {
     J list = J::array();
-    for (const auto& r : t.reservations) list.push_back(ToJson(r));
+    for (const auto& r : t.reservations) list.push_back(evacuation::ToJson(r));
     const J j = {{"version", 1}, {"next_id", t.next_id}, {"reservations", std::move(list)}};
     const std::string tmp = table_ + ".tmp";
     int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

@@ -91,6 +91,16 @@ class EvacuationStore {
 // error naming the file and line.
 Result<std::unique_ptr<EvacuationStore>> OpenFileStore(const std::string& dir);
 
+// The fleet store: etcd at `endpoint` (http://HOST:PORT, its v3 JSON gateway),
+// every key under `prefix` (default /gpumigrate/), so that controllers on
+// several machines coordinate: a reservation is one etcd transaction that needs
+// every unit key still absent, a journal line one that needs the last sequence
+// number unchanged; a lost race is read again. Unavailable when etcd cannot be
+// reached (checked at open). Plain HTTP: run it on a trusted network or
+// loopback (TLS to etcd is not built).
+Result<std::unique_ptr<EvacuationStore>> OpenEtcdStore(const std::string& endpoint,
+                                                       const std::string& prefix = "/gpumigrate/");
+
 // Where each VM of one evacuation stands, from its journal: what a restarted
 // controller reads before doing anything.
 struct VmJournalState {

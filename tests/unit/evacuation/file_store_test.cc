@@ -1,13 +1,8 @@
-// The embedded evacuation store (engine/evacuation/file_store.cc): a
-// reservation takes all its units or none and names who holds a unit it cannot
-// have; processes racing for the last free unit get it exactly once; journal
-// lines appended by several processes come back in one unbroken sequence; a
-// line torn by a crash is cut off and said so, while damage anywhere else is
-// refused with the file and line.
+// The embedded evacuation store (engine/evacuation/file_store.cc) beyond the
+// contract every store keeps (store_contract_test.cc): what it holds outlives
+// the process; a line torn by a crash is cut off and said so, while damage
+// anywhere else is refused with the file and line.
 #include <gtest/gtest.h>
-
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -61,56 +56,6 @@ Reservation Want(const std::string& evacuation, const std::string& vm, std::vect
   return {.evacuation = evacuation, .vm = vm, .host = "gpu-b", .units = std::move(units)};
 }
 
-TEST_F(FileStoreTest, AReservationTakesAllItsUnitsOrNoneAndNamesTheHolder) {
-  auto store = Open();
-  auto a = store->Reserve(Want("e1", "llm-1", {"gpu-b/gpu0/slice0", "gpu-b/gpu0/slice1"}));
-  ASSERT_TRUE(a.ok()) << a.status().message();
-  EXPECT_EQ(a->id, "r1");
-  auto b = store->Reserve(Want("e2", "llm-2", {"gpu-b/gpu0/slice2", "gpu-b/gpu0/slice1"}));
-  ASSERT_FALSE(b.ok());
-  EXPECT_EQ(b.status().code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(b.status().message().find("gpu-b/gpu0/slice1 is already reserved by evacuation e1 for llm-1 (r1)"),
-            std::string::npos)
-      << b.status().message();
-  // None of it was taken: slice2 is still free.
-  auto c = store->Reserve(Want("e2", "llm-2", {"gpu-b/gpu0/slice2"}));
-  ASSERT_TRUE(c.ok()) << c.status().message();
-  auto all = store->Reservations();
-  ASSERT_TRUE(all.ok());
-  ASSERT_EQ(all->size(), 2u);
-  EXPECT_EQ((*all)[1].units, std::vector<std::string>{"gpu-b/gpu0/slice2"});
-  // Another VM of the same evacuation does not get a unit twice either.
-  EXPECT_FALSE(store->Reserve(Want("e1", "llm-3", {"gpu-b/gpu0/slice0"})).ok());
-}
-
-TEST_F(FileStoreTest, ARetriedReserveReturnsTheSameReservation) {
-  auto store = Open();
-  auto a = store->Reserve(Want("e1", "llm-1", {"gpu-b/gpu2"}));
-  auto again = store->Reserve(Want("e1", "llm-1", {"gpu-b/gpu2"}));
-  ASSERT_TRUE(a.ok() && again.ok());
-  EXPECT_EQ(a->id, again->id);
-  EXPECT_EQ(store->Reservations()->size(), 1u);
-}
-
-TEST_F(FileStoreTest, ReleasedUnitsAreFreeAndAnUnknownIdIsNamed) {
-  auto store = Open();
-  auto a = store->Reserve(Want("e1", "llm-1", {"u1"}));
-  auto b = store->Reserve(Want("e1", "llm-2", {"u2"}));
-  auto c = store->Reserve(Want("e2", "llm-3", {"u3"}));
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
-  ASSERT_TRUE(store->Release(a->id).ok());
-  EXPECT_TRUE(store->Reserve(Want("e2", "llm-4", {"u1"})).ok());
-  Status unknown = store->Release("r99");
-  EXPECT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.message().find("no reservation r99"), std::string::npos) << unknown.message();
-  auto n = store->ReleaseAll("e2");
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ(*n, 2u);
-  auto left = store->Reservations();
-  ASSERT_EQ(left->size(), 1u);
-  EXPECT_EQ((*left)[0].vm, "llm-2");
-}
-
 TEST_F(FileStoreTest, ReservationsAndTheJournalOutliveTheProcess) {
   {
     auto store = Open();
@@ -134,69 +79,6 @@ TEST_F(FileStoreTest, ReservationsAndTheJournalOutliveTheProcess) {
   auto next = store->Reserve(Want("e1", "llm-2", {"u2"}));
   ASSERT_TRUE(next.ok());
   EXPECT_EQ(next->id, "r2");
-}
-
-// Children race for one unit; returns how many got it.
-int Race(const std::string& dir, const std::string& unit, int children) {
-  std::vector<pid_t> pids;
-  for (int c = 0; c < children; ++c) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      auto store = OpenFileStore(dir);
-      if (!store.ok()) _exit(2);
-      auto r = (*store)->Reserve(Want("evac-" + std::to_string(c), "vm-" + std::to_string(c), {unit}));
-      _exit(r.ok() ? 0 : r.status().code() == StatusCode::kFailedPrecondition ? 1 : 2);
-    }
-    pids.push_back(pid);
-  }
-  int winners = 0;
-  for (pid_t pid : pids) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    if (!WIFEXITED(st) || WEXITSTATUS(st) == 2) return -1;
-    if (WEXITSTATUS(st) == 0) ++winners;
-  }
-  return winners;
-}
-
-TEST_F(FileStoreTest, ProcessesRacingForTheLastFreeSlotGetItExactlyOnce) {
-  ASSERT_NE(Open(), nullptr);
-  for (int round = 0; round < 20; ++round) {
-    const std::string unit = "gpu-c/gpu0/slice" + std::to_string(round);
-    EXPECT_EQ(Race(dir_, unit, 6), 1) << "round " << round;
-  }
-  auto all = Open()->Reservations();
-  ASSERT_TRUE(all.ok()) << all.status().message();
-  EXPECT_EQ(all->size(), 20u);
-}
-
-TEST_F(FileStoreTest, LinesAppendedByManyProcessesFormOneUnbrokenSequence) {
-  ASSERT_NE(Open(), nullptr);
-  std::vector<pid_t> pids;
-  for (int c = 0; c < 4; ++c) {
-    pid_t pid = fork();
-    if (pid == 0) {
-      auto store = OpenFileStore(dir_);
-      if (!store.ok()) _exit(2);
-      for (int i = 0; i < 40; ++i) {
-        if (!(*store)->Append(Entry("vm-" + std::to_string(c), JournalPhase::kStarted)).ok()) _exit(3);
-      }
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int st = 0;
-    waitpid(pid, &st, 0);
-    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
-  }
-  auto j = Open()->Journal();
-  ASSERT_TRUE(j.ok()) << j.status().message();
-  ASSERT_EQ(j->size(), 160u);
-  for (size_t i = 0; i < j->size(); ++i) EXPECT_EQ((*j)[i].seq, i + 1);
-  auto states = SummarizeJournal(*j);
-  ASSERT_EQ(states.size(), 4u);
-  for (const auto& s : states) EXPECT_EQ(s.attempts, 40u) << s.vm;
 }
 
 TEST_F(FileStoreTest, ALineTornByACrashIsCutOffAndSaidSo) {

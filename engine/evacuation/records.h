@@ -1,0 +1,30 @@
+// The JSON of the store's records, shared by every store: one encoding of a
+// reservation and of a journal entry, and the decoders that name what is wrong
+// and where (`where`: the file and line, or the key).
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "gpumigrate/evacuation_store.h"
+
+namespace gpumigrate::evacuation {
+
+using J = nlohmann::ordered_json;
+
+J ToJson(const Reservation& r);
+J ToJson(const JournalEntry& e);
+Result<Reservation> ReservationFromJson(const J& j, const std::string& where);
+Result<JournalEntry> EntryFromJson(const J& j, const std::string& where);
+
+// The first unit of `wanted` that `held` (another reservation) holds, or "".
+std::string FirstShared(const Reservation& held, const Reservation& wanted);
+// Whether `held` is `wanted` made before (a retried Reserve).
+bool SameReservation(const Reservation& held, const Reservation& wanted);
+Status Conflict(const std::string& unit, const Reservation& held);
+Status CheckReservation(const Reservation& r);
+
+int64_t NowUnixMs();
+
+}  // namespace gpumigrate::evacuation
