@@ -48,6 +48,11 @@ def available():
     for tool in ("ip", "tc"):
         if subprocess.run(["sh", "-c", f"command -v {tool}"], capture_output=True).returncode != 0:
             return f"{tool} is not installed (iproute2)"
+    probe = f"{PREFIX}{os.getpid()}-probe"
+    r = sh("ip", "netns", "add", probe, check=False)
+    sh("ip", "netns", "del", probe, check=False)
+    if r.returncode != 0:
+        return f"this machine refuses network namespaces: ip netns add: {r.stderr.strip()}"
     return None
 
 
