@@ -12,6 +12,10 @@
 
 namespace gpumigrate::evacuation {
 
+// etcd's JSON carries keys and values as base64.
+std::string Base64(const std::string& in);
+Result<std::string> Unbase64(const std::string& in);
+
 struct KeyValue {
   std::string key, value;
   int64_t create_revision = 0, mod_revision = 0;
@@ -30,6 +34,7 @@ class EtcdClient {
     J compare = J::array(), success = J::array();
     void IfAbsent(const std::string& key);                     // never created (or deleted)
     void IfModRevision(const std::string& key, int64_t rev);    // unchanged since read (0: absent)
+    void IfValue(const std::string& key, const std::string& value);
     void Put(const std::string& key, const std::string& value);
     void Delete(const std::string& key);
   };

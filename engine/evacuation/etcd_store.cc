@@ -10,7 +10,11 @@
 // needs journal_seq unchanged. A lost race is read again: a unit someone else
 // now holds is the refusal, naming them; a moved counter is simply retried.
 #include <algorithm>
+#include <charconv>
+#include <random>
 #include <thread>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -64,10 +68,14 @@ class EtcdStore final : public EvacuationStore {
         txn.IfAbsent(prefix_ + "units/" + u);
         txn.Put(prefix_ + "units/" + u, made.id);
       }
-      txn.Put(prefix_ + "reservations/" + Padded(next.value), evacuation::ToJson(made).dump());
+      // The record's own key too: a counter removed by hand must not let a new
+      // reservation overwrite an old one.
+      txn.IfAbsent(prefix_ + "reservations/" + Padded(next.value));
+      txn.Put(prefix_ + "reservations/" + Padded(next.value), evacuation::Dump(evacuation::ToJson(made)));
       txn.Put(prefix_ + "next_id", std::to_string(next.value + 1));
       GM_ASSIGN_OR_RETURN(bool done, etcd_.Commit(txn));
       if (done) return made;
+      GM_RETURN_IF_ERROR(CheckOrphans(r));
       Backoff(attempt);
     }
     return Status(StatusCode::kDeadlineExceeded,
@@ -91,7 +99,13 @@ class EtcdStore final : public EvacuationStore {
       EtcdClient::Txn txn;
       txn.IfModRevision(found->key, found->mod_revision);
       txn.Delete(found->key);
-      for (const auto& u : r.units) txn.Delete(prefix_ + "units/" + u);
+      for (const auto& u : r.units) {
+        // Only a unit key that still names this reservation is freed.
+        GM_ASSIGN_OR_RETURN(std::vector<KeyValue> unit, etcd_.Get(prefix_ + "units/" + u));
+        if (unit.empty() || unit[0].value != r.id) continue;
+        txn.IfModRevision(unit[0].key, unit[0].mod_revision);
+        txn.Delete(unit[0].key);
+      }
       GM_ASSIGN_OR_RETURN(bool done, etcd_.Commit(txn));
       if (done) return Status::Ok();
       Backoff(attempt);
@@ -123,13 +137,15 @@ class EtcdStore final : public EvacuationStore {
   }
 
   Result<JournalEntry> Append(JournalEntry e) override {
+    GM_RETURN_IF_ERROR(evacuation::CheckEntry(e));
     if (e.unix_ms == 0) e.unix_ms = evacuation::NowUnixMs();
     for (int attempt = 0; attempt < kAttempts; ++attempt) {
       GM_ASSIGN_OR_RETURN(Counter last, ReadCounter("journal_seq", 0));
       e.seq = last.value + 1;
       EtcdClient::Txn txn;
       txn.IfModRevision(prefix_ + "journal_seq", last.mod_revision);
-      txn.Put(prefix_ + "journal/" + Padded(e.seq), evacuation::ToJson(e).dump());
+      txn.IfAbsent(prefix_ + "journal/" + Padded(e.seq));
+      txn.Put(prefix_ + "journal/" + Padded(e.seq), evacuation::Dump(evacuation::ToJson(e)));
       txn.Put(prefix_ + "journal_seq", std::to_string(e.seq));
       GM_ASSIGN_OR_RETURN(bool done, etcd_.Commit(txn));
       if (done) return e;
@@ -166,10 +182,10 @@ class EtcdStore final : public EvacuationStore {
     GM_ASSIGN_OR_RETURN(std::vector<KeyValue> kvs, etcd_.Get(prefix_ + name));
     if (kvs.empty()) return Counter{absent, 0};
     Counter c;
-    try {
-      c.value = std::stoull(kvs[0].value);
-    } catch (const std::exception&) {
-      return Corrupt(fmt::format("{} key {}: '{}' is not a number", Describe(), kvs[0].key, kvs[0].value));
+    const std::string& v = kvs[0].value;
+    auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), c.value);
+    if (v.empty() || ec != std::errc() || end != v.data() + v.size()) {
+      return Corrupt(fmt::format("{} key {}: '{}' is not a number", Describe(), kvs[0].key, v));
     }
     c.mod_revision = kvs[0].mod_revision;
     return c;
@@ -181,9 +197,29 @@ class EtcdStore final : public EvacuationStore {
     return evacuation::ReservationFromJson(j, fmt::format("{} key {}", Describe(), kv.key));
   }
 
+  // A unit key whose reservation record is gone (removed by hand) would make
+  // every transaction fail while no reservation conflicts: say so, and how to
+  // free it, rather than retrying.
+  Status CheckOrphans(const Reservation& r) {
+    GM_ASSIGN_OR_RETURN(std::vector<Reservation> held, Reservations());
+    for (const auto& u : r.units) {
+      GM_ASSIGN_OR_RETURN(std::vector<KeyValue> kvs, etcd_.Get(prefix_ + "units/" + u));
+      if (kvs.empty()) continue;
+      const std::string& holder = kvs[0].value;
+      if (std::none_of(held.begin(), held.end(), [&](const Reservation& h) { return h.id == holder; })) {
+        return FailedPrecondition(fmt::format("{} is held by {} in {}, but no reservation {} exists (removed by "
+                                              "hand?); delete the key {} to free it",
+                                              u, holder, Describe(), holder, kvs[0].key));
+      }
+    }
+    return Status::Ok();
+  }
+
   // Controllers that lost a race spread out before they read again.
   static void Backoff(int attempt) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1 + (attempt * 7) % 13));
+    thread_local std::minstd_rand jitter(static_cast<unsigned>(getpid()) ^
+                                         static_cast<unsigned>(std::chrono::steady_clock::now().time_since_epoch().count()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(1 + jitter() % static_cast<unsigned>(4 + std::min(attempt, 20))));
   }
 
   EtcdClient etcd_;

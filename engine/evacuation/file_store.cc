@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -30,7 +31,7 @@ using evacuation::NowUnixMs;
 constexpr auto kLockWait = std::chrono::seconds(10);
 
 std::string Line(const J& j) {
-  const std::string text = j.dump();
+  const std::string text = evacuation::Dump(j);
   return fmt::format("{:016x} {}\n", XXH64(text.data(), text.size(), 0), text);
 }
 
@@ -114,7 +115,10 @@ class FileStore final : public EvacuationStore {
   }
 
   std::string Describe() const override { return "file store " + dir_; }
-  std::vector<std::string> Notes() const override { return notes_; }
+  std::vector<std::string> Notes() const override {
+    std::lock_guard<std::mutex> held(mu_);
+    return notes_;
+  }
 
   Result<Reservation> Reserve(Reservation r) override {
     GM_RETURN_IF_ERROR(evacuation::CheckReservation(r));
@@ -162,6 +166,7 @@ class FileStore final : public EvacuationStore {
   }
 
   Result<JournalEntry> Append(JournalEntry e) override {
+    GM_RETURN_IF_ERROR(evacuation::CheckEntry(e));
     GM_ASSIGN_OR_RETURN(Lock lock, TakeLock());
     GM_RETURN_IF_ERROR(RepairTornTail());
     GM_ASSIGN_OR_RETURN(std::vector<JournalEntry> all, ReadJournal());
@@ -188,11 +193,12 @@ class FileStore final : public EvacuationStore {
   }
 
  private:
-  // Held for one call.
+  // Held for one call. Across processes the flock excludes; inside one process
+  // the mutex does (a second flock on the same descriptor would succeed).
   class Lock {
    public:
-    explicit Lock(int fd) : fd_(fd) {}
-    Lock(Lock&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+    Lock(int fd, std::unique_lock<std::mutex> held) : fd_(fd), held_(std::move(held)) {}
+    Lock(Lock&& o) noexcept : fd_(std::exchange(o.fd_, -1)), held_(std::move(o.held_)) {}
     Lock& operator=(Lock&&) = delete;
     ~Lock() {
       if (fd_ >= 0) flock(fd_, LOCK_UN);
@@ -200,19 +206,21 @@ class FileStore final : public EvacuationStore {
 
    private:
     int fd_;
+    std::unique_lock<std::mutex> held_;
   };
 
   Result<Lock> TakeLock() {
+    std::unique_lock<std::mutex> held(mu_);
     const auto deadline = std::chrono::steady_clock::now() + kLockWait;
     while (flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
       if (errno != EWOULDBLOCK && errno != EINTR) return Status::FromErrno(errno, "flock " + dir_ + "/lock");
       if (std::chrono::steady_clock::now() > deadline) {
         return Status(StatusCode::kDeadlineExceeded,
-                      fmt::format("{}/lock: held by another process for {} s", dir_, kLockWait.count()));
+                      fmt::format("{}/lock: held by another caller for {} s", dir_, kLockWait.count()));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
-    return Lock(lock_fd_);
+    return Lock(lock_fd_, std::move(held));
   }
 
   // A crash mid-Append (in any process) leaves a last line without its
@@ -240,9 +248,10 @@ class FileStore final : public EvacuationStore {
       const std::string where = fmt::format("{} line {}", journal_, line);
       GM_ASSIGN_OR_RETURN(J j, ParseLine(text.substr(pos, end - pos), where));
       GM_ASSIGN_OR_RETURN(JournalEntry e, evacuation::EntryFromJson(j, where));
-      if (!out.empty() && e.seq != out.back().seq + 1) {
-        return Corrupt(fmt::format("{}: seq {} after {} (a line is missing or repeated)", where, e.seq,
-                                   out.back().seq));
+      const uint64_t expected = out.empty() ? 1 : out.back().seq + 1;
+      if (e.seq != expected) {
+        return Corrupt(fmt::format("{}: seq {} where {} was due (a line is missing or repeated)", where, e.seq,
+                                   expected));
       }
       out.push_back(std::move(e));
       pos = end + 1;
@@ -290,6 +299,7 @@ class FileStore final : public EvacuationStore {
 
   std::string dir_, journal_, table_;
   int lock_fd_ = -1;
+  mutable std::mutex mu_;
   std::vector<std::string> notes_;
 };
 

@@ -69,8 +69,11 @@ std::string FirstShared(const Reservation& held, const Reservation& wanted) {
 }
 
 bool SameReservation(const Reservation& held, const Reservation& wanted) {
-  return held.evacuation == wanted.evacuation && held.vm == wanted.vm && held.host == wanted.host &&
-         held.units == wanted.units;
+  if (held.evacuation != wanted.evacuation || held.vm != wanted.vm || held.host != wanted.host) return false;
+  std::vector<std::string> a = held.units, b = wanted.units;
+  std::sort(a.begin(), a.end());
+  std::sort(b.begin(), b.end());
+  return a == b;
 }
 
 Status Conflict(const std::string& unit, const Reservation& held) {
@@ -81,6 +84,10 @@ Status Conflict(const std::string& unit, const Reservation& held) {
 Status CheckReservation(const Reservation& r) {
   if (r.units.empty()) return InvalidArgument("a reservation needs at least one unit");
   if (r.evacuation.empty() || r.vm.empty()) return InvalidArgument("a reservation names its evacuation and VM");
+  if (r.units.size() > kMaxUnitsPerReservation) {
+    return InvalidArgument(fmt::format("a reservation of {} units: at most {} (reserve frame buffer as ranges)",
+                                       r.units.size(), kMaxUnitsPerReservation));
+  }
   for (size_t i = 0; i < r.units.size(); ++i) {
     if (r.units[i].empty()) return InvalidArgument("a reservation's unit is empty");
     if (std::find(r.units.begin(), r.units.begin() + static_cast<long>(i), r.units[i]) != r.units.begin() + static_cast<long>(i)) {
@@ -89,6 +96,17 @@ Status CheckReservation(const Reservation& r) {
   }
   return Status::Ok();
 }
+
+Status CheckEntry(const JournalEntry& e) {
+  if (e.evacuation.empty() || e.vm.empty()) return InvalidArgument("a journal entry names its evacuation and VM");
+  if (!ParseJournalPhase(JournalPhaseName(e.phase))) {
+    return InvalidArgument(fmt::format("a journal entry for {} has no valid phase ({})", e.vm,
+                                       static_cast<int>(e.phase)));
+  }
+  return Status::Ok();
+}
+
+std::string Dump(const J& j) { return j.dump(-1, ' ', false, J::error_handler_t::replace); }
 
 int64_t NowUnixMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())

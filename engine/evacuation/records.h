@@ -24,7 +24,18 @@ std::string FirstShared(const Reservation& held, const Reservation& wanted);
 bool SameReservation(const Reservation& held, const Reservation& wanted);
 Status Conflict(const std::string& unit, const Reservation& held);
 Status CheckReservation(const Reservation& r);
+// An entry a store may append: it names its evacuation and VM, and a phase.
+Status CheckEntry(const JournalEntry& e);
 
 int64_t NowUnixMs();
+
+// The JSON text of a record: bytes that are not UTF-8 (an error message from
+// elsewhere) are replaced, never thrown.
+std::string Dump(const J& j);
+
+// The most units one reservation may take: etcd runs at most 128 operations in
+// a transaction (its --max-txn-ops default) and a reservation needs two per unit
+// plus two. Reserve frame buffer as ranges, not one unit per gigabyte.
+constexpr size_t kMaxUnitsPerReservation = 60;
 
 }  // namespace gpumigrate::evacuation

@@ -10,8 +10,8 @@
 //
 // Capacity is reserved as named units the caller derives from the inventory,
 // one per thing two VMs cannot both have: "gpu-b/gpu0/slice4" for a MIG memory
-// slice, "gpu-b/gpu2" for a passthrough GPU, "gpu-b/gpu1/gb17" for a vGPU's share
-// of frame buffer. A reservation takes all its units or none.
+// slice, "gpu-b/gpu2" for a passthrough GPU, "gpu-b/gpu1/fb2" for the third of
+// a time-sliced GPU's equal vGPU slots. A reservation takes all its units or none.
 #pragma once
 
 #include <cstdint>
@@ -65,9 +65,10 @@ class EvacuationStore {
   virtual std::vector<std::string> Notes() const = 0;
 
   // Takes every unit of `r` for r.evacuation, or none: FailedPrecondition naming
-  // the first unit already held and by which evacuation and VM. A unit held by
-  // the same evacuation for the same VM is not a conflict (a retried Reserve
-  // after a crash is idempotent). Returns the reservation with its id.
+  // the first unit already held and by which evacuation and VM (its own other
+  // reservations included). The same reservation made again (same evacuation,
+  // VM, host and units in any order: a Reserve retried after a crash) returns
+  // the one made. At most 60 units (records.h says why). Returns it with its id.
   virtual Result<Reservation> Reserve(Reservation r) = 0;
   // Gives back one reservation (InvalidArgument when there is none with that id).
   virtual Status Release(const std::string& id) = 0;
@@ -76,6 +77,8 @@ class EvacuationStore {
   virtual Result<std::vector<Reservation>> Reservations() = 0;
 
   // Appends `e` (seq and, when 0, the time are the store's) once it is durable.
+  // Not idempotent: an Append that failed may still have been written (a failed
+  // fsync, an etcd answer lost); read the journal before appending again.
   virtual Result<JournalEntry> Append(JournalEntry e) = 0;
   // The whole journal in order, or only one evacuation's.
   virtual Result<std::vector<JournalEntry>> Journal(const std::string& evacuation = "") = 0;
@@ -113,6 +116,13 @@ struct VmJournalState {
   // asked about (its source and target agents), never started again blindly.
   bool unresolved() const { return last == JournalPhase::kStarted; }
   bool finished() const { return last == JournalPhase::kCompleted; }
+  // In doubt: held on both sides until an operator resolves it.
+  bool needs_operator() const { return last == JournalPhase::kInDoubt; }
+  // The only states in which a controller may start the VM's action: nothing
+  // has been tried yet, or what was tried failed with the VM left running.
+  bool may_start() const {
+    return last == JournalPhase::kPlanned || last == JournalPhase::kFailed || last == JournalPhase::kReplanned;
+  }
 };
 // In the order each VM first appears.
 std::vector<VmJournalState> SummarizeJournal(const std::vector<JournalEntry>& entries);

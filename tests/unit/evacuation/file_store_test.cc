@@ -137,7 +137,20 @@ TEST_F(FileStoreTest, ALineMissingFromTheMiddleIsRefused) {
   Write("journal.jsonl", text);
   auto store = OpenFileStore(dir_);
   ASSERT_FALSE(store.ok());
-  EXPECT_NE(store.status().message().find("line 2: seq 3 after 1"), std::string::npos) << store.status().message();
+  EXPECT_NE(store.status().message().find("line 2: seq 3 where 2 was due"), std::string::npos) << store.status().message();
+}
+
+TEST_F(FileStoreTest, AJournalThatLostItsFirstLineIsRefused) {
+  {
+    auto store = Open();
+    for (int i = 0; i < 2; ++i) ASSERT_TRUE(store->Append(Entry("llm-1", JournalPhase::kPlanned)).ok());
+  }
+  std::string text = Read("journal.jsonl");
+  Write("journal.jsonl", text.substr(text.find('\n') + 1));
+  auto store = OpenFileStore(dir_);
+  ASSERT_FALSE(store.ok());
+  EXPECT_NE(store.status().message().find("line 1: seq 2 where 1 was due"), std::string::npos)
+      << store.status().message();
 }
 
 TEST_F(FileStoreTest, ADamagedReservationsFileIsRefusedAndALeftoverTemporaryIsNot) {
@@ -172,6 +185,13 @@ TEST(SummarizeJournal, EachVmEndsInItsLastPhaseAndAStartedOneIsUnresolved) {
   EXPECT_TRUE(s[1].unresolved());
   EXPECT_EQ(s[1].attempts, 2u);
   EXPECT_EQ(s[1].target, "gpu-d");
+  EXPECT_FALSE(s[1].may_start()) << "started again blindly";
+  auto doubt = SummarizeJournal({e("c", JournalPhase::kStarted), e("c", JournalPhase::kInDoubt)});
+  EXPECT_TRUE(doubt[0].needs_operator());
+  EXPECT_FALSE(doubt[0].may_start());
+  EXPECT_FALSE(doubt[0].unresolved());
+  auto retry = SummarizeJournal({e("d", JournalPhase::kStarted), e("d", JournalPhase::kFailed)});
+  EXPECT_TRUE(retry[0].may_start());
 }
 
 TEST(JournalPhase, NamesRoundTrip) {
