@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/agent_command.h"
 #include "cli/checkpoint_commands.h"
 #include "cli/cuda_commands.h"
 #include "cli/demo_command.h"
@@ -109,6 +110,11 @@ int main(int argc, char** argv) {
   gpumigrate::cli::CalibrateFlags calibrate;
   CLI::App* calibrate_cmd = gpumigrate::cli::AddCalibrateCommand(app, calibrate);
 
+  gpumigrate::cli::AgentFlags agent;
+  CLI::App* agent_cmd = gpumigrate::cli::AddAgentCommand(app, agent);
+  gpumigrate::cli::AgentCallFlags agent_call;
+  CLI::App* agent_call_cmd = gpumigrate::cli::AddAgentCallCommand(app, agent_call);
+
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
   help_cmd->add_option("command", help_topic, "The command to describe");
@@ -146,5 +152,7 @@ int main(int argc, char** argv) {
   if (*plan_cmd) return gpumigrate::cli::RunPlan(plan);
   if (*inventory_cmd) return gpumigrate::cli::RunInventory(inventory);
   if (*cuda_cmd) return gpumigrate::cli::RunCuda(cuda);
+  if (*agent_cmd) return gpumigrate::cli::RunAgent(agent, g_cancel);
+  if (*agent_call_cmd) return gpumigrate::cli::RunAgentCall(agent_call);
   return 2;
 }

@@ -28,6 +28,7 @@ PUBLIC_HEADERS = {
     "checkpoint.h": "checkpoint",
     "planner.h": "planner",
     "evacuation_store.h": "evacuation",
+    "agent.h": "agent",
     "qmp.h": "qemu", "qemu.h": "qemu",
     "shim.h": None,  # libgpumigrate_shim's C API, for workloads
 }

@@ -1,0 +1,41 @@
+// `gpumigrate agent`: the per-host agent of a host evacuation (issue 12), serving
+// controllers over mutual TLS (include/gpumigrate/agent.h has the requests);
+// `gpumigrate agent-call`: one request to an agent, its reply printed as JSON
+// (exit 0 done, 1 refused by the agent, 2 usage, connection or TLS failure).
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace gpumigrate::cli {
+
+struct AgentTls {
+  std::string ca, cert, key;
+};
+
+struct AgentFlags {
+  std::string config;
+  std::string listen;
+  std::string state_dir;
+  std::string port_file;
+  std::string handshake_timeout = "5s";
+  int max_connections = 32;
+  AgentTls tls;
+};
+
+struct AgentCallFlags {
+  std::string agent;
+  std::string op;
+  std::string body = "{}";
+  std::string timeout = "30s";
+  AgentTls tls;
+};
+
+CLI::App* AddAgentCommand(CLI::App& app, AgentFlags& flags);
+int RunAgent(const AgentFlags& flags, const std::atomic<bool>& cancel);
+CLI::App* AddAgentCallCommand(CLI::App& app, AgentCallFlags& flags);
+int RunAgentCall(const AgentCallFlags& flags);
+
+}  // namespace gpumigrate::cli

@@ -1,0 +1,644 @@
+// Agent: the per-host request handler. Every change to what the host holds
+// (its VMs, held sources, jobs, maintenance) is written to DIR/state.json (a
+// temporary file, fsync, rename) before the reply goes out.
+#include "gpumigrate/agent.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gpumigrate/planner.h"
+
+namespace gpumigrate::agent {
+namespace fs = std::filesystem;
+
+struct Agent::Job {
+  int64_t id = 0;
+  std::string kind;   // "migrate", "receive", "start-replica", "drain"
+  std::string vm;
+  VmRecord record;    // the VM it moves or starts
+  std::string state = "running";  // running, completed, failed, in-doubt, lost
+  int64_t pid = 0;
+  std::string token;
+  std::optional<int> rc;
+  std::string detail;
+  std::string to;     // migrate: where to
+  int port = 0;       // receive: where it listens
+  int64_t started_unix_ms = 0, ended_unix_ms = 0;
+  Json report;        // the child's --json report, once it ended
+};
+
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Json RecordJson(const VmRecord& r) {
+  Json j = {{"name", r.name}, {"device", r.device}};
+  if (!r.receive_device.empty()) j["receive_device"] = r.receive_device;
+  j["inventory"] = r.inventory;
+  return j;
+}
+
+Result<VmRecord> RecordFrom(const Json& j, const std::string& what) {
+  if (!j.is_object() || !j.contains("name") || !j["name"].is_string() || !j.contains("device") ||
+      !j["device"].is_string()) {
+    return InvalidArgument(what + ": expected {\"name\": ..., \"device\": ..., \"inventory\": {...}}");
+  }
+  VmRecord r;
+  r.name = j["name"].get<std::string>();
+  r.device = j["device"].get<std::string>();
+  if (j.contains("receive_device") && j["receive_device"].is_string()) r.receive_device = j["receive_device"];
+  r.inventory = j.contains("inventory") && j["inventory"].is_object() ? j["inventory"] : Json::object();
+  r.inventory["name"] = r.name;
+  r.inventory.erase("host");
+  if (r.name.empty() || r.device.empty()) return InvalidArgument(what + ": name and device must not be empty");
+  return r;
+}
+
+std::string ReadTail(const std::string& path, size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = size > static_cast<std::streamoff>(max_bytes) ? size - max_bytes : 0;
+  in.seekg(from);
+  std::string s(static_cast<size_t>(size - from), '\0');
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  return s;
+}
+
+// The last non-empty line of a child's stderr: its latest progress line or error.
+std::string LastLine(const std::string& path) {
+  std::string t = ReadTail(path, 4096);
+  for (char& c : t) {
+    if (c == '\r') c = '\n';  // a redrawn progress line
+  }
+  while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+std::string Substitute(std::string s, const std::string& key, const std::string& value) {
+  for (size_t at = s.find(key); at != std::string::npos; at = s.find(key, at + value.size())) {
+    s.replace(at, key.size(), value);
+  }
+  return s;
+}
+
+Status WriteFileSynced(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return Unavailable(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+  size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      ::close(fd);
+      return Unavailable(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+    }
+    off += static_cast<size_t>(n);
+  }
+  const bool synced = ::fsync(fd) == 0;
+  ::close(fd);
+  if (!synced) return Unavailable(fmt::format("cannot fsync {}", tmp));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return Unavailable(fmt::format("cannot rename {} to {}: {}", tmp, path, std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
+Json Reply(Json j) {
+  j["ok"] = true;
+  return j;
+}
+
+Json Refusal(const Status& s, const std::string& host) {
+  return {{"ok", false}, {"error", std::string(s.message())}, {"host", host}};
+}
+
+// The flags a controller may pass through to `gpumigrate migrate`.
+const std::map<std::string, std::string>& MigrateOptions() {
+  static const std::map<std::string, std::string> m = {
+      {"max_stun", "--max-stun"}, {"downtime_target", "--downtime-target"}, {"bandwidth", "--bandwidth"},
+      {"streams", "--streams"},   {"codec", "--codec"},                     {"warmup", "--warmup"},
+      {"max_rounds", "--max-rounds"}};
+  return m;
+}
+
+}  // namespace
+
+Agent::Agent(AgentConfig config, AgentOptions options, std::unique_ptr<Launcher> launcher)
+    : config_(std::move(config)), options_(std::move(options)), launcher_(std::move(launcher)) {}
+
+Agent::~Agent() = default;
+
+Result<std::unique_ptr<Agent>> Agent::Open(AgentConfig config, AgentOptions options,
+                                           std::unique_ptr<Launcher> launcher) {
+  std::error_code ec;
+  fs::create_directories(fs::path(options.state_dir) / "jobs", ec);
+  if (ec) return Unavailable(fmt::format("cannot create {}/jobs: {}", options.state_dir, ec.message()));
+  std::unique_ptr<Agent> a(new Agent(std::move(config), std::move(options), std::move(launcher)));
+  if (fs::exists(fs::path(a->options_.state_dir) / "state.json")) {
+    GM_RETURN_IF_ERROR(a->Load());
+  } else {
+    a->vms_ = a->config_.vms;
+    a->findings_.push_back(fmt::format("first start: {} VMs from the configuration", a->vms_.size()));
+    std::lock_guard<std::mutex> lock(a->mu_);
+    GM_RETURN_IF_ERROR(a->Save());
+  }
+  std::lock_guard<std::mutex> lock(a->mu_);
+  a->PollLocked();
+  return a;
+}
+
+std::string Agent::JobPath(int64_t id, const char* ext) const {
+  return (fs::path(options_.state_dir) / "jobs" / fmt::format("{}.{}", id, ext)).string();
+}
+
+Status Agent::Save() {
+  Json j = {{"version", 1}, {"host", config_.host}, {"maintenance", maintenance_}, {"next_job", next_job_}};
+  j["vms"] = Json::array();
+  for (const auto& v : vms_) j["vms"].push_back(RecordJson(v));
+  j["held"] = Json::object();
+  for (const auto& [vm, why] : held_) j["held"][vm] = why;
+  j["jobs"] = Json::array();
+  for (const auto& job : jobs_) {
+    Json o = JobJson(*job);
+    o["pid"] = job->pid;
+    o["token"] = job->token;
+    o["record"] = RecordJson(job->record);
+    j["jobs"].push_back(o);
+  }
+  return WriteFileSynced((fs::path(options_.state_dir) / "state.json").string(), j.dump(1) + "\n");
+}
+
+Status Agent::Load() {
+  const std::string path = (fs::path(options_.state_dir) / "state.json").string();
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  Json j = Json::parse(ss.str(), nullptr, false);
+  auto bad = [&](const std::string& what) { return Corrupt(fmt::format("{}: {}", path, what)); };
+  if (j.is_discarded() || !j.is_object()) return bad("not a JSON object (a damaged state file: move it away to start afresh from the configuration, after checking no migration is in flight)");
+  if (j.value("host", "") != config_.host) {
+    return bad(fmt::format("is the state of host '{}', not of '{}'", j.value("host", ""), config_.host));
+  }
+  try {
+    maintenance_ = j.at("maintenance").get<bool>();
+    next_job_ = j.at("next_job").get<int64_t>();
+    for (const auto& v : j.at("vms")) {
+      GM_ASSIGN_OR_RETURN(auto r, RecordFrom(v, "vms[]"));
+      vms_.push_back(std::move(r));
+    }
+    for (const auto& [vm, why] : j.at("held").items()) held_[vm] = why.get<std::string>();
+    for (const auto& o : j.at("jobs")) {
+      auto job = std::make_unique<Job>();
+      job->id = o.at("id").get<int64_t>();
+      job->kind = o.at("kind").get<std::string>();
+      job->vm = o.at("vm").get<std::string>();
+      job->state = o.at("state").get<std::string>();
+      job->pid = o.at("pid").get<int64_t>();
+      job->token = o.at("token").get<std::string>();
+      if (o.contains("rc") && !o["rc"].is_null()) job->rc = o["rc"].get<int>();
+      job->detail = o.value("detail", "");
+      job->to = o.value("to", "");
+      job->port = o.value("port", 0);
+      job->started_unix_ms = o.value("started_unix_ms", int64_t{0});
+      job->ended_unix_ms = o.value("ended_unix_ms", int64_t{0});
+      if (o.contains("report")) job->report = o["report"];
+      GM_ASSIGN_OR_RETURN(job->record, RecordFrom(o.at("record"), "jobs[].record"));
+      jobs_.push_back(std::move(job));
+    }
+  } catch (const Json::exception& e) {
+    return bad(fmt::format("unexpected content: {}", e.what()));
+  }
+  findings_.push_back(fmt::format("restarted: {} VMs, {} held, {} jobs on record", vms_.size(), held_.size(),
+                                  jobs_.size()));
+  for (const auto& [vm, why] : held_) findings_.push_back(fmt::format("{} is held: {}", vm, why));
+  for (auto& job : jobs_) {
+    if (job->state != "running") continue;
+    if (launcher_->Alive(job->pid, job->token)) {
+      findings_.push_back(fmt::format("job {} ({} {}) is still running as process {}: watching it", job->id,
+                                      job->kind, job->vm, job->pid));
+    } else {
+      findings_.push_back(fmt::format("job {} ({} {}) ended while the agent was down", job->id, job->kind, job->vm));
+    }
+  }
+  return Status::Ok();
+}
+
+int Agent::RunningJobs() const {
+  int n = 0;
+  for (const auto& j : jobs_) n += j->state == "running" && (j->kind == "migrate" || j->kind == "receive");
+  return n;
+}
+
+Json Agent::JobJson(const Job& job) const {
+  Json j = {{"id", job.id}, {"kind", job.kind}, {"vm", job.vm}, {"state", job.state}};
+  j["rc"] = job.rc ? Json(*job.rc) : Json(nullptr);
+  if (!job.detail.empty()) j["detail"] = job.detail;
+  if (!job.to.empty()) j["to"] = job.to;
+  if (job.port != 0) j["port"] = job.port;
+  j["started_unix_ms"] = job.started_unix_ms;
+  if (job.ended_unix_ms != 0) j["ended_unix_ms"] = job.ended_unix_ms;
+  if (job.state == "running") {
+    j["progress"] = LastLine(JobPath(job.id, "err"));
+  } else if (!job.report.is_null()) {
+    j["report"] = job.report;
+  }
+  return j;
+}
+
+void Agent::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+}
+
+void Agent::PollLocked() {
+  bool changed = false;
+  for (auto& job : jobs_) {
+    if (job->state != "running" || job->pid == 0) continue;  // pid 0: still being started
+    std::ifstream rc(JobPath(job->id, "rc"));
+    int code = 0;
+    if (rc >> code) {
+      Finish(*job, code);
+      changed = true;
+    } else if (!launcher_->Alive(job->pid, job->token)) {
+      std::ifstream again(JobPath(job->id, "rc"));  // it may have ended between the two looks
+      if (again >> code) {
+        Finish(*job, code);
+      } else {
+        Finish(*job, std::nullopt);
+      }
+      changed = true;
+    }
+  }
+  if (changed) (void)Save();
+}
+
+void Agent::Finish(Job& job, std::optional<int> rc) {
+  job.rc = rc;
+  job.ended_unix_ms = NowMs();
+  {
+    std::ifstream out(JobPath(job.id, "out"));
+    std::stringstream ss;
+    ss << out.rdbuf();
+    Json r = Json::parse(ss.str(), nullptr, false);
+    if (!r.is_discarded() && r.is_object()) job.report = r;
+  }
+  const std::string last = LastLine(JobPath(job.id, "err"));
+  auto remove_vm = [&] {
+    std::erase_if(vms_, [&](const VmRecord& v) { return v.name == job.vm; });
+  };
+  if (job.kind == "migrate") {
+    if (rc == 0) {
+      job.state = "completed";
+      job.detail = fmt::format("{} runs at {} now", job.vm, job.to);
+      remove_vm();
+    } else if (rc == 1 || rc == 2) {
+      job.state = "failed";
+      job.detail = fmt::format("rolled back, {} runs here: {}", job.vm, last);
+    } else {
+      job.state = rc ? "in-doubt" : "lost";
+      job.detail = rc ? fmt::format("in doubt (exit {}): {}", *rc, last)
+                      : "the migrating process ended without an exit status (killed?)";
+      held_[job.vm] = fmt::format("job {}: {}; resolve with `gpumigrate resume` or `release` on the source, then "
+                                  "the agent's resolve request",
+                                  job.id, job.detail);
+    }
+  } else if (job.kind == "receive") {
+    const bool verified = job.report.is_object() && job.report.value("verified", false);
+    if (rc == 0 && verified) {
+      job.state = "completed";
+      job.detail = fmt::format("{} received and verified", job.vm);
+      remove_vm();
+      vms_.push_back(job.record);
+    } else {
+      job.state = rc ? "failed" : "lost";
+      job.detail = rc ? fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", last)
+                      : "the receiving process ended without an exit status (killed?): nothing kept";
+    }
+  } else {  // a hook
+    if (rc == 0) {
+      job.state = "completed";
+      if (job.kind == "drain") {
+        remove_vm();
+      } else {
+        remove_vm();
+        vms_.push_back(job.record);
+      }
+      job.detail = last;
+    } else {
+      job.state = "failed";
+      job.detail = rc ? fmt::format("hook exited {}: {}", *rc, last) : "the hook ended without an exit status";
+    }
+  }
+}
+
+Json Agent::Inventory() const {
+  Json host = config_.host_entry;
+  host["name"] = config_.host;
+  host["maintenance"] = maintenance_;
+  if (!options_.listen_address.empty()) host["agent"] = options_.listen_address;
+  Json vms = Json::array();
+  for (const auto& v : vms_) {
+    Json e = v.inventory;
+    e["name"] = v.name;
+    e["host"] = config_.host;
+    e["device"] = v.device;
+    if (!v.receive_device.empty()) e["receive_device"] = v.receive_device;
+    if (held_.count(v.name)) e["held"] = held_.at(v.name);
+    vms.push_back(e);
+  }
+  Json running = Json::array();
+  for (const auto& j : jobs_) {
+    if (j->state == "running") running.push_back(JobJson(*j));
+  }
+  return {{"host", host}, {"groups", config_.groups}, {"vms", vms}, {"running", running},
+          {"max_migrations", config_.max_migrations}};
+}
+
+Result<Json> Agent::Receive(const Json& req) {
+  GM_ASSIGN_OR_RETURN(VmRecord rec, RecordFrom(req.value("vm", Json()), "receive: vm"));
+  std::unique_lock<std::mutex> lock(mu_);
+  PollLocked();
+  if (maintenance_) return FailedPrecondition(fmt::format("{} is in maintenance: it receives no VMs", config_.host));
+  for (const auto& v : vms_) {
+    if (v.name == rec.name) return FailedPrecondition(fmt::format("{} already runs here", rec.name));
+  }
+  for (const auto& j : jobs_) {
+    if (j->state == "running" && j->vm == rec.name) {
+      return FailedPrecondition(fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
+    }
+  }
+  // Where the VM goes here: the plan's target (gpus, placement), checked with the
+  // planner's own rules against what this host holds, so two receives can never
+  // be given the same slot.
+  if (req.contains("gpus")) rec.inventory["gpus"] = req["gpus"];
+  if (req.contains("placement")) rec.inventory["placement"] = req["placement"];
+  {
+    Json inv = {{"version", 1}, {"hosts", Json::array({config_.host_entry})}, {"groups", config_.groups},
+                {"vms", Json::array()}};
+    inv["hosts"][0]["name"] = config_.host;
+    std::vector<const VmRecord*> all;
+    for (const auto& v : vms_) all.push_back(&v);
+    for (const auto& j : jobs_) {
+      if (j->state == "running" && j->kind != "migrate") all.push_back(&j->record);
+    }
+    all.push_back(&rec);
+    for (const VmRecord* v : all) {
+      Json e = v->inventory;
+      e["name"] = v->name;
+      e["host"] = config_.host;
+      inv["vms"].push_back(e);
+    }
+    auto checked = planner::ParseInventory(inv.dump());
+    if (!checked.ok()) {
+      return FailedPrecondition(fmt::format("{} does not fit on {}: {}", rec.name, config_.host,
+                                            checked.status().message()));
+    }
+  }
+  // After the fit: "never fits here" tells a controller more than "busy now".
+  if (RunningJobs() >= config_.max_migrations) {
+    return FailedPrecondition(fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
+                                          config_.max_migrations));
+  }
+  auto job = std::make_unique<Job>();
+  Job& jr = *job;
+  jr.id = next_job_++;
+  jr.kind = "receive";
+  jr.vm = rec.name;
+  jr.record = rec;
+  jr.started_unix_ms = NowMs();
+  std::string addr = config_.data_address;
+  if (addr.empty()) addr = options_.listen_address.substr(0, options_.listen_address.rfind(':'));
+  const std::string listen = addr.find(':') != std::string::npos && addr.front() != '[' ? "[" + addr + "]:0"
+                                                                                         : addr + ":0";
+  const std::string port_file = JobPath(jr.id, "port");
+  std::vector<std::string> argv = {options_.self_exe, "receive", "--listen", listen, "--port-file", port_file,
+                                   "--device", rec.receive_device.empty() ? rec.device : rec.receive_device,
+                                   "--accept-timeout", req.value("accept_timeout", "60s"), "--json"};
+  argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
+  auto started = launcher_->Start(argv, JobPath(jr.id, "out"), JobPath(jr.id, "err"), JobPath(jr.id, "rc"));
+  if (!started.ok()) return started.status();
+  jr.pid = started->id;
+  jr.token = started->token;
+  jobs_.push_back(std::move(job));
+  GM_RETURN_IF_ERROR(Save());
+  // Wait for it to listen, without holding the agent.
+  lock.unlock();
+  const auto deadline = std::chrono::steady_clock::now() + options_.port_wait;
+  int port = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream pf(port_file);
+    if (pf >> port && port > 0) break;
+    std::ifstream rcf(JobPath(jr.id, "rc"));
+    int code = 0;
+    if (rcf >> code) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  lock.lock();
+  if (port <= 0) {
+    launcher_->Kill(jr.pid, jr.token);
+    PollLocked();
+    return Unavailable(fmt::format("the receiving process for {} did not listen within {} ms: {}", rec.name,
+                                   options_.port_wait.count(), LastLine(JobPath(jr.id, "err"))));
+  }
+  jr.port = port;
+  GM_RETURN_IF_ERROR(Save());
+  return Reply({{"job", jr.id}, {"address", addr}, {"port", port}});
+}
+
+Result<Json> Agent::Migrate(const Json& req) {
+  const std::string name = req.value("vm", "");
+  const std::string to = req.value("to", "");
+  if (name.empty() || to.empty()) return InvalidArgument("migrate needs \"vm\" and \"to\" (the receiver's ADDR:PORT)");
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  const VmRecord* rec = nullptr;
+  for (const auto& v : vms_) {
+    if (v.name == name) rec = &v;
+  }
+  if (rec == nullptr) return FailedPrecondition(fmt::format("{} does not run on {}", name, config_.host));
+  if (held_.count(name)) return FailedPrecondition(fmt::format("{} is held: {}", name, held_.at(name)));
+  for (const auto& j : jobs_) {
+    if (j->state == "running" && j->vm == name) {
+      return FailedPrecondition(fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
+    }
+  }
+  if (RunningJobs() >= config_.max_migrations) {
+    return FailedPrecondition(fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
+                                          config_.max_migrations));
+  }
+  std::vector<std::string> argv = {options_.self_exe, "migrate", "--to", to, "--device", rec->device, "--json"};
+  if (req.contains("options")) {
+    if (!req["options"].is_object()) return InvalidArgument("migrate: options must be an object");
+    for (const auto& [k, v] : req["options"].items()) {
+      auto it = MigrateOptions().find(k);
+      if (it == MigrateOptions().end() || !v.is_string()) {
+        std::string known;
+        for (const auto& [name2, flag] : MigrateOptions()) known += (known.empty() ? "" : ", ") + name2;
+        return InvalidArgument(fmt::format("migrate: option '{}' is not one the agent passes on ({}, as strings)", k,
+                                           known));
+      }
+      argv.push_back(it->second);
+      argv.push_back(v.get<std::string>());
+    }
+  }
+  argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
+  auto job = std::make_unique<Job>();
+  job->id = next_job_++;
+  job->kind = "migrate";
+  job->vm = name;
+  job->record = *rec;
+  job->to = to;
+  job->started_unix_ms = NowMs();
+  auto started = launcher_->Start(argv, JobPath(job->id, "out"), JobPath(job->id, "err"), JobPath(job->id, "rc"));
+  if (!started.ok()) return started.status();
+  job->pid = started->id;
+  job->token = started->token;
+  const int64_t id = job->id;
+  jobs_.push_back(std::move(job));
+  GM_RETURN_IF_ERROR(Save());
+  return Reply({{"job", id}});
+}
+
+Result<Json> Agent::RunHook(const Json& req, bool drain) {
+  const char* op = drain ? "drain" : "start-replica";
+  VmRecord rec;
+  if (drain) {
+    rec.name = req.value("vm", "");
+    if (rec.name.empty()) return InvalidArgument("drain needs \"vm\"");
+  } else {
+    GM_ASSIGN_OR_RETURN(rec, RecordFrom(req.value("vm", Json()), "start-replica: vm"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  std::string group = req.value("group", "");
+  if (drain) {
+    const VmRecord* here = nullptr;
+    for (const auto& v : vms_) {
+      if (v.name == rec.name) here = &v;
+    }
+    if (here == nullptr) return FailedPrecondition(fmt::format("{} does not run on {}", rec.name, config_.host));
+    rec = *here;
+    if (group.empty() && rec.inventory.contains("group") && rec.inventory["group"].is_string()) {
+      group = rec.inventory["group"].get<std::string>();
+    }
+  } else {
+    if (maintenance_) return FailedPrecondition(fmt::format("{} is in maintenance: it starts no replicas", config_.host));
+    if (group.empty() && rec.inventory.contains("group") && rec.inventory["group"].is_string()) {
+      group = rec.inventory["group"].get<std::string>();
+    }
+  }
+  auto h = config_.hooks.find(group);
+  if (group.empty() || h == config_.hooks.end()) {
+    return FailedPrecondition(fmt::format("{}: {} is in no replica group configured on {}", op, rec.name,
+                                          config_.host));
+  }
+  const std::vector<std::string>& cmd = drain ? h->second.drain : h->second.start_replica;
+  if (cmd.empty()) return FailedPrecondition(fmt::format("group {} has no {} hook on {}", group, op, config_.host));
+  for (const auto& j : jobs_) {
+    if (j->state == "running" && j->vm == rec.name) {
+      return FailedPrecondition(fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
+    }
+  }
+  std::vector<std::string> argv;
+  for (const auto& a : cmd) {
+    argv.push_back(Substitute(Substitute(Substitute(a, "{vm}", rec.name), "{group}", group), "{host}", config_.host));
+  }
+  auto job = std::make_unique<Job>();
+  job->id = next_job_++;
+  job->kind = op;
+  job->vm = rec.name;
+  job->record = rec;
+  job->started_unix_ms = NowMs();
+  auto started = launcher_->Start(argv, JobPath(job->id, "out"), JobPath(job->id, "err"), JobPath(job->id, "rc"));
+  if (!started.ok()) return started.status();
+  job->pid = started->id;
+  job->token = started->token;
+  const int64_t id = job->id;
+  jobs_.push_back(std::move(job));
+  GM_RETURN_IF_ERROR(Save());
+  return Reply({{"job", id}});
+}
+
+// An operator resolved a held source (gpumigrate resume or release on it): the
+// hold is lifted; "gone": true when the VM no longer runs here.
+Result<Json> Agent::Release(const Json& req) {
+  const std::string name = req.value("vm", "");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!held_.count(name)) return FailedPrecondition(fmt::format("{} is not held on {}", name, config_.host));
+  held_.erase(name);
+  if (req.value("gone", false)) std::erase_if(vms_, [&](const VmRecord& v) { return v.name == name; });
+  GM_RETURN_IF_ERROR(Save());
+  return Reply({{"vm", name}});
+}
+
+Json Agent::Handle(const Json& request) {
+  const std::string op = request.is_object() ? request.value("op", "") : "";
+  Result<Json> r = InvalidArgument(
+      fmt::format("unknown op '{}' (inventory, status, receive, migrate, start-replica, drain, resolve, "
+                  "maintenance)",
+                  op));
+  try {
+    if (op == "inventory") {
+      std::lock_guard<std::mutex> lock(mu_);
+      PollLocked();
+      r = Reply(Inventory());
+    } else if (op == "status") {
+      std::lock_guard<std::mutex> lock(mu_);
+      PollLocked();
+      Json jobs = Json::array();
+      const int64_t want = request.value("job", int64_t{0});
+      for (const auto& j : jobs_) {
+        if (want == 0 || j->id == want) jobs.push_back(JobJson(*j));
+      }
+      if (want != 0 && jobs.empty()) {
+        r = FailedPrecondition(fmt::format("no job {} on {}", want, config_.host));
+      } else {
+        r = Reply({{"jobs", jobs}});
+      }
+    } else if (op == "receive") {
+      r = Receive(request);
+    } else if (op == "migrate") {
+      r = Migrate(request);
+    } else if (op == "start-replica" || op == "drain") {
+      r = RunHook(request, op == "drain");
+    } else if (op == "resolve") {
+      r = Release(request);
+    } else if (op == "maintenance") {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!request.contains("enter") || !request["enter"].is_boolean()) {
+        r = InvalidArgument("maintenance needs \"enter\": true or false");
+      } else {
+        maintenance_ = request["enter"].get<bool>();
+        Status s = Save();
+        if (!s.ok()) {
+          r = s;
+        } else {
+          r = Reply({{"maintenance", maintenance_}, {"vms", vms_.size()}});
+        }
+      }
+    }
+  } catch (const Json::exception& e) {
+    r = InvalidArgument(fmt::format("{}: a key of the wrong type: {}", op, e.what()));
+  }
+  if (!r.ok()) return Refusal(r.status(), config_.host);
+  Json out = *r;
+  if (!out.contains("host")) out["host"] = config_.host;  // the inventory's own "host" says it already
+  return out;
+}
+
+}  // namespace gpumigrate::agent

@@ -1,0 +1,155 @@
+// The per-host agent of a host evacuation (issue 12): one long-running process
+// per host that owns the host's VMs, reports them in the planner's inventory
+// format, and, on request from an authenticated controller, receives a VM,
+// migrates one of its VMs to another agent, runs a replica group's hooks, and
+// enters or leaves maintenance.
+//
+// The pieces, each usable alone:
+//   ParseAgentConfig   the host's configuration (its inventory host entry, its
+//                      VMs with their device specs, the groups' hook commands);
+//                      every error names the key path.
+//   WriteMessage /     the control channel's framing: a 4-byte big-endian length,
+//   ReadMessage        then one JSON object (at most kMaxMessageBytes), over any
+//                      Stream (mutual TLS in `gpumigrate agent`).
+//   Agent              the request handler: Handle(request) -> reply. It runs
+//                      each migration as a child `gpumigrate migrate|receive`
+//                      (the same binary), at most max_migrations at once, and
+//                      keeps its VMs, its jobs and its maintenance flag in a
+//                      state file, so a restarted agent reports what it finds:
+//                      a source whose migration ended in doubt (or whose child
+//                      vanished without a report) stays held, never resumed.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpumigrate/status.h"
+#include "gpumigrate/stream.h"
+
+namespace gpumigrate::agent {
+
+using Json = nlohmann::ordered_json;
+
+// One VM on a host: its planner inventory entry (name, gpus, profile, placement,
+// class, group, uvm, estimate, max_stun; "host" is filled in by the agent) and
+// how to reach its device memory.
+struct VmRecord {
+  std::string name;
+  std::string device;          // the source's device spec (sim:..., proc:PID, ...)
+  std::string receive_device;  // the destination's spec when it differs ("" = device)
+  Json inventory;              // the planner's VM entry, without "host"
+};
+
+// The commands an operator points at their load balancer or scheduler, per
+// replica group. Each is an argv; "{vm}", "{group}" and "{host}" are replaced.
+struct GroupHooks {
+  std::vector<std::string> start_replica;  // start a replacement replica here
+  std::vector<std::string> drain;          // drain (stop serving) a replica here
+};
+
+struct AgentConfig {
+  std::string host;               // this host's name
+  Json host_entry;                // the planner's host entry (link, max_migrations, gpus, ...)
+  int max_migrations = 1;         // migrations in and out at once
+  std::string data_address;       // where receive listens ("" = the agent's listen address)
+  std::vector<VmRecord> vms;      // the VMs configured here at first start
+  Json groups = Json::array();    // the planner's group entries
+  std::map<std::string, GroupHooks> hooks;
+};
+
+// The configuration file (README "gpumigrate agent"): {"version": 1, "host":
+// {planner host entry}, "data_address": "...", "groups": [{planner group entry,
+// "hooks": {"start_replica": [...], "drain": [...]}}], "vms": [{planner VM entry
+// without "host", "device": "...", "receive_device": "..."}]}. It is checked
+// against the planner's own inventory rules (PLANNER.md).
+Result<AgentConfig> ParseAgentConfig(std::string_view json_text);
+
+inline constexpr size_t kMaxMessageBytes = 4 << 20;
+Status WriteMessage(Stream& s, const Json& message);
+// kUnavailable when the peer closed before a message began; kCorrupt for a
+// length over the limit or a body that is not one JSON object.
+Result<Json> ReadMessage(Stream& s);
+
+// How the agent starts and watches its children; the real one runs processes,
+// tests may substitute their own.
+class Launcher {
+ public:
+  virtual ~Launcher() = default;
+  // Runs argv with stdout in `out`, stderr in `err`, and, once it exits, its exit
+  // status written to `rc` (the file outlives the agent). Returns an id
+  // (a process id for the real launcher) and a token that tells a reused id apart.
+  struct Started {
+    int64_t id = 0;
+    std::string token;
+  };
+  virtual Result<Started> Start(const std::vector<std::string>& argv, const std::string& out, const std::string& err,
+                                const std::string& rc) = 0;
+  // Whether the child with this id and token still runs.
+  virtual bool Alive(int64_t id, const std::string& token) = 0;
+  virtual void Kill(int64_t id, const std::string& token) = 0;
+};
+// Children in a session of their own (an agent killed or restarted leaves them
+// running); `rc` is written by a /bin/sh that waits for the child.
+std::unique_ptr<Launcher> MakeProcessLauncher();
+
+struct AgentOptions {
+  std::string self_exe;         // the gpumigrate binary the children run
+  std::string state_dir;        // state.json and jobs/
+  std::string listen_address;   // where controllers reach this agent (reported in the inventory)
+  std::vector<std::string> child_tls_args;  // --tls-ca ... passed to every child
+  std::chrono::milliseconds port_wait{10000};  // how long a receiving child may take to listen
+};
+
+class Agent {
+ public:
+  // Loads DIR/state.json when there is one (the VMs, jobs and maintenance flag of
+  // the last run win over the configuration's VMs); otherwise starts from `config`.
+  static Result<std::unique_ptr<Agent>> Open(AgentConfig config, AgentOptions options,
+                                             std::unique_ptr<Launcher> launcher);
+  ~Agent();
+  // One request {"op": ...} -> {"ok": true, ...} or {"ok": false, "error": "..."}.
+  // Safe from several threads.
+  Json Handle(const Json& request);
+  // Polls the children (also done by every Handle); `gpumigrate agent` calls it
+  // between connections.
+  void Poll();
+  // What the restart found (one line each), for the agent's log.
+  const std::vector<std::string>& Findings() const { return findings_; }
+
+ private:
+  struct Job;
+  Agent(AgentConfig config, AgentOptions options, std::unique_ptr<Launcher> launcher);
+  Status Load();
+  Status Save();
+  void PollLocked();
+  void Finish(Job& job, std::optional<int> rc);
+  Json JobJson(const Job& job) const;
+  Json Inventory() const;
+  Result<Json> Receive(const Json& req);
+  Result<Json> Migrate(const Json& req);
+  Result<Json> RunHook(const Json& req, bool drain);
+  Result<Json> Release(const Json& req);
+  int RunningJobs() const;
+  std::string JobPath(int64_t id, const char* ext) const;
+
+  AgentConfig config_;
+  AgentOptions options_;
+  std::unique_ptr<Launcher> launcher_;
+  mutable std::mutex mu_;
+  std::vector<VmRecord> vms_;
+  std::map<std::string, std::string> held_;  // vm -> why it is held
+  bool maintenance_ = false;
+  std::vector<std::unique_ptr<Job>> jobs_;
+  int64_t next_job_ = 1;
+  std::vector<std::string> findings_;
+};
+
+}  // namespace gpumigrate::agent

@@ -1,0 +1,433 @@
+// The agent's pieces: its configuration (checked with the planner's rules), the
+// control channel's framing, the request handler over a fake launcher (jobs,
+// limits, holds, restarts), and the real process launcher.
+#include "gpumigrate/agent.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+namespace gpumigrate::agent {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kConfig = R"({
+  "version": 1,
+  "host": { "name": "gpu-a", "link": "10Gbit", "max_migrations": 2,
+            "gpus": [ { "index": 0, "model": "H100-80GB", "mode": "mig" },
+                      { "index": 1, "model": "H100-80GB", "mode": "passthrough" } ] },
+  "data_address": "127.0.0.1",
+  "groups": [ { "name": "chat", "min_serving": 1, "replica_start": "2s",
+                "hooks": { "start_replica": ["hook", "start", "{vm}", "{group}", "{host}"],
+                           "drain": ["hook", "drain", "{vm}"] } } ],
+  "vms": [
+    { "name": "llm-1", "device": "sim:size=8MiB", "gpus": [0], "profile": "3g.40gb", "placement": 0,
+      "class": "inference" },
+    { "name": "chat-1", "device": "sim:size=4MiB", "gpus": [0], "profile": "1g.10gb", "placement": 4,
+      "class": "stateless-inference", "group": "chat" }
+  ]
+})";
+
+Json Parsed(const char* text) { return Json::parse(text); }
+
+std::string WithVm(const std::string& extra_vm) {
+  Json j = Parsed(kConfig);
+  j["vms"].push_back(Json::parse(extra_vm));
+  return j.dump();
+}
+
+TEST(AgentConfig, ReadsHostVmsGroupsAndHooks) {
+  auto c = ParseAgentConfig(kConfig);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->host, "gpu-a");
+  EXPECT_EQ(c->max_migrations, 2);
+  EXPECT_EQ(c->data_address, "127.0.0.1");
+  ASSERT_EQ(c->vms.size(), 2u);
+  EXPECT_EQ(c->vms[0].device, "sim:size=8MiB");
+  EXPECT_FALSE(c->vms[0].inventory.contains("device"));
+  EXPECT_EQ(c->vms[1].inventory["group"], "chat");
+  EXPECT_EQ(c->hooks.at("chat").drain, (std::vector<std::string>{"hook", "drain", "{vm}"}));
+  EXPECT_FALSE(c->groups[0].contains("hooks"));
+}
+
+TEST(AgentConfig, ErrorsNameTheKey) {
+  struct Case {
+    std::string text, want;
+  } cases[] = {
+      {"[]", "not a JSON object"},
+      {R"({"version": 2, "host": {}})", "version"},
+      {R"({"version": 1})", "host: missing"},
+      // The planner's own rules, with this file's key names.
+      {WithVm(R"({"name": "x", "device": "sim", "gpus": [0], "profile": "3g.40gb", "placement": 2,
+                  "class": "inference"})"),
+       "vms[2].placement"},
+      {WithVm(R"({"name": "x", "gpus": [1], "profile": "passthrough", "class": "inference"})"), "vms[2].device: missing"},
+      {WithVm(R"({"name": "x", "host": "gpu-b", "device": "sim", "gpus": [1], "profile": "passthrough",
+                  "class": "inference"})"),
+       "vms[2].host"},
+  };
+  for (const auto& c : cases) {
+    auto r = ParseAgentConfig(c.text);
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_NE(std::string(r.status().message()).find(c.want), std::string::npos) << r.status().message();
+  }
+  Json j = Parsed(kConfig);
+  j["groups"][0]["hooks"]["drain"] = "not an array";
+  auto r = ParseAgentConfig(j.dump());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(std::string(r.status().message()).find("groups[0].hooks.drain"), std::string::npos);
+  j = Parsed(kConfig);
+  j["host"]["link"] = "fast";
+  r = ParseAgentConfig(j.dump());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(std::string(r.status().message()).rfind("host.link", 0), 0u) << r.status().message();
+}
+
+TEST(AgentMessage, RoundTripsAndRefusesDamage) {
+  auto [a, b] = MakePipe("agent-test");
+  Json m = {{"op", "inventory"}, {"n", 3}};
+  ASSERT_TRUE(WriteMessage(*a, m).ok());
+  auto got = ReadMessage(*b);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  EXPECT_EQ(*got, m);
+
+  // A length over the limit is refused before the body is read.
+  const std::byte big[4] = {std::byte(0x7f), std::byte(0xff), std::byte(0xff), std::byte(0xff)};
+  ASSERT_TRUE(a->WriteAll(big).ok());
+  got = ReadMessage(*b);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kCorrupt);
+  EXPECT_NE(std::string(got.status().message()).find("over the limit"), std::string::npos);
+
+  auto [c, d] = MakePipe("agent-test-2");
+  const char body[] = "[1,2]";
+  const std::byte len[4] = {std::byte(0), std::byte(0), std::byte(0), std::byte(5)};
+  ASSERT_TRUE(c->WriteAll(len).ok());
+  ASSERT_TRUE(c->WriteAll(std::as_bytes(std::span(body, 5))).ok());
+  got = ReadMessage(*d);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(std::string(got.status().message()).find("not a JSON object"), std::string::npos);
+
+  // Cut off within the body; then a clean close before a message is kUnavailable.
+  const std::byte len9[4] = {std::byte(0), std::byte(0), std::byte(0), std::byte(9)};
+  ASSERT_TRUE(c->WriteAll(len9).ok());
+  ASSERT_TRUE(c->WriteAll(std::as_bytes(std::span(body, 2))).ok());
+  c->Close();
+  got = ReadMessage(*d);
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(std::string(got.status().message()).find("cut off"), std::string::npos);
+  auto [e, f] = MakePipe("agent-test-3");
+  e->Close();
+  got = ReadMessage(*f);
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kUnavailable);
+}
+
+// Records every start; a test ends a child by writing its files.
+struct FakeChildren {
+  struct Child {
+    std::vector<std::string> argv;
+    std::string out, err, rc;
+    bool alive = true;
+  };
+  std::vector<Child> started;
+  bool listen = true;  // a receive child writes its port file at once
+};
+
+class FakeLauncher : public Launcher {
+ public:
+  explicit FakeLauncher(FakeChildren* c) : c_(c) {}
+  Result<Started> Start(const std::vector<std::string>& argv, const std::string& out, const std::string& err,
+                        const std::string& rc) override {
+    c_->started.push_back({argv, out, err, rc, true});
+    std::ofstream(err) << "round 0: 1 MB\n";
+    for (size_t i = 0; i + 1 < argv.size(); ++i) {
+      if (argv[i] == "--port-file" && c_->listen) std::ofstream(argv[i + 1]) << 4242 << "\n";
+    }
+    return Started{static_cast<int64_t>(c_->started.size()), "t" + std::to_string(c_->started.size())};
+  }
+  bool Alive(int64_t id, const std::string& token) override {
+    return id >= 1 && id <= static_cast<int64_t>(c_->started.size()) && token == "t" + std::to_string(id) &&
+           c_->started[id - 1].alive;
+  }
+  void Kill(int64_t id, const std::string&) override {
+    if (id >= 1 && id <= static_cast<int64_t>(c_->started.size())) c_->started[id - 1].alive = false;
+  }
+
+ private:
+  FakeChildren* c_;
+};
+
+void End(FakeChildren& c, size_t index, int rc, const std::string& report) {
+  std::ofstream(c.started[index].out) << report;
+  std::ofstream(c.started[index].rc) << rc << "\n";
+  c.started[index].alive = false;
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("gm-agent-" + std::to_string(getpid()) + "-" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    Reopen();
+  }
+  void TearDown() override {
+    agent_.reset();
+    fs::remove_all(dir_);
+  }
+  void Reopen(const std::string& config = kConfig) {
+    agent_.reset();
+    auto cfg = ParseAgentConfig(config);
+    ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+    AgentOptions o;
+    o.self_exe = "/usr/bin/gpumigrate";
+    o.state_dir = dir_.string();
+    o.listen_address = "127.0.0.1:7070";
+    o.child_tls_args = {"--tls-ca", "ca.pem"};
+    o.port_wait = std::chrono::milliseconds(300);
+    auto a = Agent::Open(std::move(*cfg), o, std::make_unique<FakeLauncher>(&children_));
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    agent_ = std::move(*a);
+  }
+  Json Call(Json req) { return agent_->Handle(req); }
+  std::vector<std::string> VmNames() {
+    std::vector<std::string> names;
+    const Json inv = Call({{"op", "inventory"}});  // kept: a loop over a temporary's member would dangle
+    for (const auto& v : inv["vms"]) names.push_back(v["name"]);
+    return names;
+  }
+  std::string Error(const Json& reply) {
+    EXPECT_FALSE(reply.value("ok", true)) << reply.dump();
+    return reply.value("error", "");
+  }
+
+  fs::path dir_;
+  FakeChildren children_;
+  std::unique_ptr<Agent> agent_;
+};
+
+const char* kIncoming = R"({"name": "llm-9", "device": "sim:size=8MiB",
+  "inventory": {"gpus": [0], "profile": "3g.40gb", "placement": 0, "class": "inference"}})";
+
+TEST_F(AgentTest, InventoryIsThePlannersFormat) {
+  Json inv = Call({{"op", "inventory"}});
+  ASSERT_TRUE(inv["ok"]) << inv.dump();
+  EXPECT_EQ(inv["host"]["name"], "gpu-a");
+  EXPECT_EQ(inv["host"]["agent"], "127.0.0.1:7070");
+  EXPECT_EQ(inv["host"]["maintenance"], false);
+  ASSERT_EQ(inv["vms"].size(), 2u);
+  EXPECT_EQ(inv["vms"][0]["host"], "gpu-a");
+  EXPECT_EQ(inv["vms"][0]["device"], "sim:size=8MiB");
+  EXPECT_EQ(inv["max_migrations"], 2);
+  EXPECT_NE(Error(Call({{"op", "fly"}})).find("unknown op 'fly'"), std::string::npos);
+}
+
+TEST_F(AgentTest, MigrateRunsTheCliAndTheVmLeavesOnlyWhenItCompleted) {
+  Json r = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "10.0.0.2:5000"}, {"options", {{"max_stun", "2s"}}}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  ASSERT_EQ(children_.started.size(), 1u);
+  const std::vector<std::string> want = {"/usr/bin/gpumigrate", "migrate", "--to", "10.0.0.2:5000", "--device",
+                                         "sim:size=8MiB", "--json", "--max-stun", "2s", "--tls-ca", "ca.pem"};
+  EXPECT_EQ(children_.started[0].argv, want);
+  // While it runs: reported with its progress line, and not started twice.
+  Json st = Call({{"op", "status"}, {"job", r["job"]}});
+  EXPECT_EQ(st["jobs"][0]["state"], "running");
+  EXPECT_EQ(st["jobs"][0]["progress"], "round 0: 1 MB");
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "10.0.0.3:5000"}})).find("already in job"),
+            std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "nope"}, {"to", "x:1"}})).find("does not run on gpu-a"),
+            std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "x:1"}, {"options", {{"rm", "-rf"}}}}))
+                .find("option 'rm' is not one the agent passes on"),
+            std::string::npos);
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": true, "stun_ms": 12.5})");
+  st = Call({{"op", "status"}, {"job", r["job"]}});
+  EXPECT_EQ(st["jobs"][0]["state"], "completed");
+  EXPECT_EQ(st["jobs"][0]["report"]["stun_ms"], 12.5);
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"chat-1"});
+}
+
+TEST_F(AgentTest, ARolledBackMigrationKeepsTheVm) {
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
+  std::ofstream(children_.started[0].err) << "gpumigrate migrate: aborted: predicted stun 3 s > max stun 2 s\n";
+  End(children_, 0, 1, R"({"outcome": "aborted"})");
+  Json st = Call({{"op", "status"}});
+  EXPECT_EQ(st["jobs"][0]["state"], "failed");
+  EXPECT_NE(st["jobs"][0]["detail"].get<std::string>().find("max stun 2 s"), std::string::npos);
+  EXPECT_EQ(VmNames().size(), 2u);
+  EXPECT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:2"}})["ok"]);  // may be tried again
+}
+
+TEST_F(AgentTest, MaxMigrationsCountsInAndOut) {
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", Json::parse(R"({"name": "p", "device": "sim",
+      "inventory": {"gpus": [1], "profile": "passthrough", "class": "inference"}})")}})["ok"]);
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})).find("busy: 2 of max_migrations 2"),
+            std::string::npos);
+  End(children_, 0, 1, "{}");
+  EXPECT_TRUE(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})["ok"]);
+}
+
+TEST_F(AgentTest, InDoubtHoldsTheSourceUntilResolved) {
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
+  End(children_, 0, 3, R"({"outcome": "in-doubt"})");
+  Json inv = Call({{"op", "inventory"}});
+  ASSERT_EQ(inv["vms"].size(), 2u);
+  EXPECT_NE(inv["vms"][0]["held"].get<std::string>().find("in doubt"), std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:2"}})).find("llm-1 is held"),
+            std::string::npos);
+  EXPECT_TRUE(Call({{"op", "resolve"}, {"vm", "llm-1"}})["ok"]);
+  EXPECT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:2"}})["ok"]);
+}
+
+TEST_F(AgentTest, ReceiveListensAndKeepsTheVmOnlyWhenVerified) {
+  // llm-1 holds MIG slices 0-3 of GPU 0: a second 3g.40gb at start 0 does not fit.
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", Json::parse(kIncoming)}})).find("does not fit on gpu-a"),
+            std::string::npos);
+  EXPECT_TRUE(children_.started.empty());
+  Json r = Call({{"op", "receive"}, {"vm", Json::parse(kIncoming)}, {"placement", 4}, {"gpus", {0}}});
+  // chat-1 is at 4: still does not fit; at a free passthrough GPU it does.
+  EXPECT_NE(Error(r).find("does not fit"), std::string::npos);
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  r = Call({{"op", "receive"}, {"vm", in}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  EXPECT_EQ(r["port"], 4242);
+  EXPECT_EQ(r["address"], "127.0.0.1");
+  ASSERT_EQ(children_.started.size(), 1u);
+  const auto& argv = children_.started[0].argv;
+  ASSERT_GE(argv.size(), 8u);
+  EXPECT_EQ(argv[1], "receive");
+  EXPECT_EQ(argv[3], "127.0.0.1:0");
+  EXPECT_EQ(argv[7], "sim:size=8MiB");
+  // The slot is taken while it runs: a second VM for the same GPU does not fit.
+  in["name"] = "llm-10";
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", in}})).find("does not fit"), std::string::npos);
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": true})");
+  EXPECT_EQ(VmNames(), (std::vector<std::string>{"llm-1", "chat-1", "llm-9"}));
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", Json::parse(kIncoming)}})).find("llm-9 already runs here"),
+            std::string::npos);
+}
+
+TEST_F(AgentTest, AnUnverifiedOrSilentReceiveKeepsNothing) {
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", in}})["ok"]);
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": false})");
+  EXPECT_EQ(VmNames().size(), 2u);
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["state"], "failed");
+  children_.listen = false;
+  Json r = Call({{"op", "receive"}, {"vm", in}});
+  EXPECT_NE(Error(r).find("did not listen within 300 ms"), std::string::npos);
+  EXPECT_FALSE(children_.started[1].alive);  // killed
+}
+
+TEST_F(AgentTest, MaintenanceRefusesReceivesAndSurvivesARestart) {
+  ASSERT_TRUE(Call({{"op", "maintenance"}, {"enter", true}})["ok"]);
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", Json::parse(kIncoming)}})).find("in maintenance"),
+            std::string::npos);
+  Reopen();
+  EXPECT_EQ(Call({{"op", "inventory"}})["host"]["maintenance"], true);
+  ASSERT_TRUE(Call({{"op", "maintenance"}, {"enter", false}})["ok"]);
+  EXPECT_EQ(Call({{"op", "inventory"}})["host"]["maintenance"], false);
+}
+
+TEST_F(AgentTest, ARestartHoldsASourceWhoseChildVanishedAndWatchesOneThatRuns) {
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})["ok"]);
+  agent_.reset();
+  children_.started[0].alive = false;  // killed with the agent, no exit status
+  Reopen();
+  std::string findings;
+  for (const auto& f : agent_->Findings()) findings += f + "\n";
+  EXPECT_NE(findings.find("job 1 (migrate llm-1) ended while the agent was down"), std::string::npos) << findings;
+  EXPECT_NE(findings.find("job 2 (migrate chat-1) is still running"), std::string::npos) << findings;
+  Json st = Call({{"op", "status"}});
+  EXPECT_EQ(st["jobs"][0]["state"], "lost");
+  EXPECT_EQ(st["jobs"][1]["state"], "running");
+  // Held, never resumed or started again by the agent.
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})).find("is held"), std::string::npos);
+  EXPECT_EQ(children_.started.size(), 2u);
+  End(children_, 1, 0, R"({"outcome": "completed", "verified": true})");
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"llm-1"});
+  // The state file records it all: a third start agrees.
+  Reopen();
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"llm-1"});
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][1]["state"], "completed");
+}
+
+TEST_F(AgentTest, HooksRunWithTheirNamesAndMoveTheReplica) {
+  ASSERT_TRUE(Call({{"op", "drain"}, {"vm", "chat-1"}})["ok"]);
+  EXPECT_EQ(children_.started[0].argv, (std::vector<std::string>{"hook", "drain", "chat-1"}));
+  End(children_, 0, 0, "");
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"llm-1"});
+  Json rep = Json::parse(R"({"name": "chat-2", "device": "sim",
+      "inventory": {"gpus": [0], "profile": "1g.10gb", "placement": 5, "class": "stateless-inference",
+                    "group": "chat"}})");
+  ASSERT_TRUE(Call({{"op", "start-replica"}, {"vm", rep}})["ok"]);
+  EXPECT_EQ(children_.started[1].argv, (std::vector<std::string>{"hook", "start", "chat-2", "chat", "gpu-a"}));
+  End(children_, 1, 0, "");
+  EXPECT_EQ(VmNames(), (std::vector<std::string>{"llm-1", "chat-2"}));
+  EXPECT_NE(Error(Call({{"op", "drain"}, {"vm", "llm-1"}})).find("in no replica group"), std::string::npos);
+}
+
+TEST_F(AgentTest, ADamagedStateFileIsRefusedNamingIt) {
+  agent_.reset();
+  std::ofstream(dir_ / "state.json") << "{\"version\": 1, \"host\": \"gpu-a\", \"maint";
+  auto cfg = ParseAgentConfig(kConfig);
+  AgentOptions o;
+  o.state_dir = dir_.string();
+  auto a = Agent::Open(std::move(*cfg), o, std::make_unique<FakeLauncher>(&children_));
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(std::string(a.status().message()).find((dir_ / "state.json").string()), std::string::npos);
+  std::ofstream(dir_ / "state.json") << R"({"version": 1, "host": "gpu-z"})";
+  cfg = ParseAgentConfig(kConfig);
+  a = Agent::Open(std::move(*cfg), o, std::make_unique<FakeLauncher>(&children_));
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(std::string(a.status().message()).find("state of host 'gpu-z'"), std::string::npos);
+}
+
+// The real launcher: the exit status outlives the agent, SIGTERM reaches the child.
+TEST(ProcessLauncher, WritesTheExitStatusAndForwardsKill) {
+  const fs::path d = fs::temp_directory_path() / ("gm-launch-" + std::to_string(getpid()));
+  fs::create_directories(d);
+  auto l = MakeProcessLauncher();
+  auto wait_rc = [&](const std::string& rc) {
+    for (int i = 0; i < 500; ++i) {
+      std::ifstream in(rc);
+      int code = -1;
+      if (in >> code) return code;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return -1;
+  };
+  auto s = l->Start({"/bin/sh", "-c", "echo out; echo err >&2; exit 7"}, (d / "1.out").string(),
+                    (d / "1.err").string(), (d / "1.rc").string());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(wait_rc((d / "1.rc").string()), 7);
+  std::ifstream out(d / "1.out");
+  std::string line;
+  std::getline(out, line);
+  EXPECT_EQ(line, "out");
+  for (int i = 0; i < 200 && l->Alive(s->id, s->token); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_FALSE(l->Alive(s->id, s->token));
+  EXPECT_FALSE(l->Alive(s->id, "another start time"));
+
+  s = l->Start({"sleep", "30"}, (d / "2.out").string(), (d / "2.err").string(), (d / "2.rc").string());
+  ASSERT_TRUE(s.ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_TRUE(l->Alive(s->id, s->token));
+  l->Kill(s->id, s->token);
+  EXPECT_EQ(wait_rc((d / "2.rc").string()), 143);  // the child's SIGTERM, recorded by the shell
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace gpumigrate::agent
