@@ -99,8 +99,9 @@ class Connection {
       }
       const agent::Json reply = agent_.Handle(*req);
       const bool ok = reply.value("ok", false);
-      Print(stderr, "gpumigrate agent: {}: {} {}{}\n", peer_, req->value("op", "?"), ok ? "ok" : "refused: ",
-            ok ? "" : reply.value("error", ""));
+      const auto& op = (*req)["op"];
+      Print(stderr, "gpumigrate agent: {}: {} {}{}\n", peer_, op.is_string() ? op.get<std::string>() : "?",
+            ok ? "ok" : "refused: ", ok ? "" : reply.value("error", ""));
       if (!agent::WriteMessage(*stream_, reply).ok()) break;
     }
     stream_->Close();
@@ -161,10 +162,19 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   auto listener = TcpListener::Listen(*at);
   if (!listener.ok()) return Fail("agent", std::string(listener.status().message()));
 
+  // Controllers and sources need an address they can reach: a wildcard listen
+  // address says none.
+  const bool wildcard = at->host == "0.0.0.0" || at->host == "::" || at->host.empty();
+  if (wildcard && config->data_address.empty()) {
+    return Fail("agent", fmt::format("--listen {} is every address: set \"data_address\" in {} to the address "
+                                     "other hosts reach this one at",
+                                     f.listen, f.config));
+  }
+  const std::string reported = wildcard ? config->data_address : at->host;
   agent::AgentOptions o;
   o.self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
   o.state_dir = f.state_dir;
-  o.listen_address = fmt::format("{}:{}", at->host.find(':') != std::string::npos ? "[" + at->host + "]" : at->host,
+  o.listen_address = fmt::format("{}:{}", reported.find(':') != std::string::npos ? "[" + reported + "]" : reported,
                                  (*listener)->port());
   o.child_tls_args = {"--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file};
   auto a = agent::Agent::Open(std::move(*config), o, agent::MakeProcessLauncher());
@@ -187,7 +197,11 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
       if (fd.status().code() != StatusCode::kDeadlineExceeded) {
         Print(stderr, "gpumigrate agent: {}\n", fd.status().message());
       }
-      (*a)->Poll();
+      try {
+        (*a)->Poll();
+      } catch (const std::exception& e) {
+        Print(stderr, "gpumigrate agent: polling the jobs: {}\n", e.what());
+      }
       continue;
     }
     if (static_cast<int>(conns.size()) >= f.max_connections) {

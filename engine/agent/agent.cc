@@ -153,6 +153,13 @@ Result<std::unique_ptr<Agent>> Agent::Open(AgentConfig config, AgentOptions opti
     GM_RETURN_IF_ERROR(a->Load());
   } else {
     a->vms_ = a->config_.vms;
+    // Job files left by an earlier state (one moved away): new ids start above them.
+    for (const auto& e : fs::directory_iterator(fs::path(a->options_.state_dir) / "jobs", ec)) {
+      const std::string stem = e.path().stem().string();
+      if (!stem.empty() && stem.find_first_not_of("0123456789") == std::string::npos && stem.size() < 15) {
+        a->next_job_ = std::max<int64_t>(a->next_job_, std::stoll(stem) + 1);
+      }
+    }
     a->findings_.push_back(fmt::format("first start: {} VMs from the configuration", a->vms_.size()));
     std::lock_guard<std::mutex> lock(a->mu_);
     GM_RETURN_IF_ERROR(a->Save());
@@ -180,7 +187,9 @@ Status Agent::Save() {
     o["record"] = RecordJson(job->record);
     j["jobs"].push_back(o);
   }
-  return WriteFileSynced((fs::path(options_.state_dir) / "state.json").string(), j.dump(1) + "\n");
+  // A child's stderr may hold any bytes: replaced, never a throw.
+  return WriteFileSynced((fs::path(options_.state_dir) / "state.json").string(),
+                         j.dump(1, ' ', false, Json::error_handler_t::replace) + "\n");
 }
 
 Status Agent::Load() {
@@ -191,10 +200,10 @@ Status Agent::Load() {
   Json j = Json::parse(ss.str(), nullptr, false);
   auto bad = [&](const std::string& what) { return Corrupt(fmt::format("{}: {}", path, what)); };
   if (j.is_discarded() || !j.is_object()) return bad("not a JSON object (a damaged state file: move it away to start afresh from the configuration, after checking no migration is in flight)");
-  if (j.value("host", "") != config_.host) {
-    return bad(fmt::format("is the state of host '{}', not of '{}'", j.value("host", ""), config_.host));
-  }
   try {
+    if (j.value("host", "") != config_.host) {
+      return bad(fmt::format("is the state of host '{}', not of '{}'", j.value("host", ""), config_.host));
+    }
     maintenance_ = j.at("maintenance").get<bool>();
     next_job_ = j.at("next_job").get<int64_t>();
     for (const auto& v : j.at("vms")) {
@@ -228,6 +237,12 @@ Status Agent::Load() {
   for (const auto& [vm, why] : held_) findings_.push_back(fmt::format("{} is held: {}", vm, why));
   for (auto& job : jobs_) {
     if (job->state != "running") continue;
+    if (job->pid == 0) {
+      findings_.push_back(fmt::format("job {} ({} {}) was recorded but the agent stopped while starting it",
+                                      job->id, job->kind, job->vm));
+      Finish(*job, std::nullopt);
+      continue;
+    }
     if (launcher_->Alive(job->pid, job->token)) {
       findings_.push_back(fmt::format("job {} ({} {}) is still running as process {}: watching it", job->id,
                                       job->kind, job->vm, job->pid));
@@ -266,9 +281,10 @@ void Agent::Poll() {
 }
 
 void Agent::PollLocked() {
+  launcher_->Reap();
   bool changed = false;
   for (auto& job : jobs_) {
-    if (job->state != "running" || job->pid == 0) continue;  // pid 0: still being started
+    if (job->state != "running" || job->pid == 0) continue;  // pid 0: being started, or lost at Load
     std::ifstream rc(JobPath(job->id, "rc"));
     int code = 0;
     if (rc >> code) {
@@ -284,7 +300,9 @@ void Agent::PollLocked() {
       changed = true;
     }
   }
-  if (changed) (void)Save();
+  if (changed) {
+    if (Status st = Save(); !st.ok()) findings_.push_back("could not save: " + std::string(st.message()));
+  }
 }
 
 void Agent::Finish(Job& job, std::optional<int> rc) {
@@ -306,7 +324,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       job.state = "completed";
       job.detail = fmt::format("{} runs at {} now", job.vm, job.to);
       remove_vm();
-    } else if (rc == 1 || rc == 2) {
+    } else if (rc == 1 || rc == 2 || rc == 126 || rc == 127) {  // 126/127: the shell could not run it
       job.state = "failed";
       job.detail = fmt::format("rolled back, {} runs here: {}", job.vm, last);
     } else {
@@ -324,10 +342,21 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       job.detail = fmt::format("{} received and verified", job.vm);
       remove_vm();
       vms_.push_back(job.record);
+    } else if (rc == 3 || !rc) {
+      // In doubt, or vanished: this host may hold the verified state, stopped.
+      // Kept and held, so the VM is never listed nowhere: an operator resolves
+      // it (gone, when the source ran on).
+      job.state = rc ? "in-doubt" : "lost";
+      job.detail = rc ? fmt::format("in doubt (exit 3): {}", last)
+                      : "the receiving process ended without an exit status (killed?)";
+      remove_vm();
+      vms_.push_back(job.record);
+      held_[job.vm] = fmt::format("job {}: {}; this host may hold the VM stopped: resolve (gone, if the source "
+                                  "runs on)",
+                                  job.id, job.detail);
     } else {
-      job.state = rc ? "failed" : "lost";
-      job.detail = rc ? fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", last)
-                      : "the receiving process ended without an exit status (killed?): nothing kept";
+      job.state = "failed";
+      job.detail = fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", last);
     }
   } else {  // a hook
     if (rc == 0) {
@@ -369,6 +398,69 @@ Json Agent::Inventory() const {
           {"max_migrations", config_.max_migrations}};
 }
 
+// The VMs here, the VMs arriving (receives and replicas in flight) and `rec`,
+// as one inventory of this host, through the planner's placement rules.
+Status Agent::FitsLocked(const VmRecord& rec) const {
+  Json inv = {{"version", 1}, {"hosts", Json::array({config_.host_entry})}, {"groups", config_.groups},
+              {"vms", Json::array()}};
+  inv["hosts"][0]["name"] = config_.host;
+  std::vector<const VmRecord*> all;
+  std::set<std::string> names;
+  for (const auto& v : vms_) {
+    all.push_back(&v);
+    names.insert(v.name);
+  }
+  for (const auto& j : jobs_) {  // a drain's VM is already here; a migrate's leaves
+    if (j->state == "running" && (j->kind == "receive" || j->kind == "start-replica") && !names.count(j->vm)) {
+      all.push_back(&j->record);
+    }
+  }
+  all.push_back(&rec);
+  for (const VmRecord* v : all) {
+    Json e = v->inventory;
+    e["name"] = v->name;
+    e["host"] = config_.host;
+    inv["vms"].push_back(e);
+  }
+  auto checked = planner::ParseInventory(inv.dump(-1, ' ', false, Json::error_handler_t::replace));
+  if (!checked.ok()) {
+    return FailedPrecondition(fmt::format("{} does not fit on {}: {}", rec.name, config_.host,
+                                          checked.status().message()));
+  }
+  return Status::Ok();
+}
+
+// Records the job (no process yet: pid 0) before starting it, so an agent that
+// dies between the two finds a job it cannot account for and holds its VM,
+// rather than a child running that it does not know of.
+Result<Agent::Job*> Agent::StartLocked(std::unique_ptr<Job> job, const std::vector<std::string>& argv) {
+  job->id = next_job_++;
+  job->started_unix_ms = NowMs();
+  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port"}) {  // a job id's files from an earlier life
+    std::error_code ec;
+    fs::remove(JobPath(job->id, ext), ec);
+  }
+  Job* j = job.get();
+  jobs_.push_back(std::move(job));
+  if (Status st = Save(); !st.ok()) {
+    jobs_.pop_back();
+    return st;
+  }
+  auto started = launcher_->Start(argv, JobPath(j->id, "out"), JobPath(j->id, "err"), JobPath(j->id, "rc"));
+  if (!started.ok()) {
+    j->state = "failed";
+    j->detail = std::string(started.status().message());
+    j->rc = 127;
+    j->ended_unix_ms = NowMs();
+    (void)Save();
+    return started.status();
+  }
+  j->pid = started->id;
+  j->token = started->token;
+  GM_RETURN_IF_ERROR(Save());
+  return j;
+}
+
 Result<Json> Agent::Receive(const Json& req) {
   GM_ASSIGN_OR_RETURN(VmRecord rec, RecordFrom(req.value("vm", Json()), "receive: vm"));
   std::unique_lock<std::mutex> lock(mu_);
@@ -387,55 +479,27 @@ Result<Json> Agent::Receive(const Json& req) {
   // be given the same slot.
   if (req.contains("gpus")) rec.inventory["gpus"] = req["gpus"];
   if (req.contains("placement")) rec.inventory["placement"] = req["placement"];
-  {
-    Json inv = {{"version", 1}, {"hosts", Json::array({config_.host_entry})}, {"groups", config_.groups},
-                {"vms", Json::array()}};
-    inv["hosts"][0]["name"] = config_.host;
-    std::vector<const VmRecord*> all;
-    for (const auto& v : vms_) all.push_back(&v);
-    for (const auto& j : jobs_) {
-      if (j->state == "running" && j->kind != "migrate") all.push_back(&j->record);
-    }
-    all.push_back(&rec);
-    for (const VmRecord* v : all) {
-      Json e = v->inventory;
-      e["name"] = v->name;
-      e["host"] = config_.host;
-      inv["vms"].push_back(e);
-    }
-    auto checked = planner::ParseInventory(inv.dump());
-    if (!checked.ok()) {
-      return FailedPrecondition(fmt::format("{} does not fit on {}: {}", rec.name, config_.host,
-                                            checked.status().message()));
-    }
-  }
+  GM_RETURN_IF_ERROR(FitsLocked(rec));
   // After the fit: "never fits here" tells a controller more than "busy now".
   if (RunningJobs() >= config_.max_migrations) {
     return FailedPrecondition(fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
                                           config_.max_migrations));
   }
   auto job = std::make_unique<Job>();
-  Job& jr = *job;
-  jr.id = next_job_++;
-  jr.kind = "receive";
-  jr.vm = rec.name;
-  jr.record = rec;
-  jr.started_unix_ms = NowMs();
+  job->kind = "receive";
+  job->vm = rec.name;
+  job->record = rec;
   std::string addr = config_.data_address;
   if (addr.empty()) addr = options_.listen_address.substr(0, options_.listen_address.rfind(':'));
   const std::string listen = addr.find(':') != std::string::npos && addr.front() != '[' ? "[" + addr + "]:0"
                                                                                          : addr + ":0";
-  const std::string port_file = JobPath(jr.id, "port");
+  const std::string port_file = JobPath(next_job_, "port");
   std::vector<std::string> argv = {options_.self_exe, "receive", "--listen", listen, "--port-file", port_file,
                                    "--device", rec.receive_device.empty() ? rec.device : rec.receive_device,
                                    "--accept-timeout", req.value("accept_timeout", "60s"), "--json"};
   argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
-  auto started = launcher_->Start(argv, JobPath(jr.id, "out"), JobPath(jr.id, "err"), JobPath(jr.id, "rc"));
-  if (!started.ok()) return started.status();
-  jr.pid = started->id;
-  jr.token = started->token;
-  jobs_.push_back(std::move(job));
-  GM_RETURN_IF_ERROR(Save());
+  GM_ASSIGN_OR_RETURN(Job * started, StartLocked(std::move(job), argv));
+  Job& jr = *started;
   // Wait for it to listen, without holding the agent.
   lock.unlock();
   const auto deadline = std::chrono::steady_clock::now() + options_.port_wait;
@@ -454,6 +518,10 @@ Result<Json> Agent::Receive(const Json& req) {
     PollLocked();
     return Unavailable(fmt::format("the receiving process for {} did not listen within {} ms: {}", rec.name,
                                    options_.port_wait.count(), LastLine(JobPath(jr.id, "err"))));
+  }
+  PollLocked();
+  if (jr.state != "running") {
+    return Unavailable(fmt::format("the receiving process for {} ended at once: {}", rec.name, jr.detail));
   }
   jr.port = port;
   GM_RETURN_IF_ERROR(Save());
@@ -498,19 +566,12 @@ Result<Json> Agent::Migrate(const Json& req) {
   }
   argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
   auto job = std::make_unique<Job>();
-  job->id = next_job_++;
   job->kind = "migrate";
   job->vm = name;
   job->record = *rec;
   job->to = to;
-  job->started_unix_ms = NowMs();
-  auto started = launcher_->Start(argv, JobPath(job->id, "out"), JobPath(job->id, "err"), JobPath(job->id, "rc"));
-  if (!started.ok()) return started.status();
-  job->pid = started->id;
-  job->token = started->token;
-  const int64_t id = job->id;
-  jobs_.push_back(std::move(job));
-  GM_RETURN_IF_ERROR(Save());
+  GM_ASSIGN_OR_RETURN(Job * started, StartLocked(std::move(job), argv));
+  const int64_t id = started->id;
   return Reply({{"job", id}});
 }
 
@@ -532,12 +593,17 @@ Result<Json> Agent::RunHook(const Json& req, bool drain) {
       if (v.name == rec.name) here = &v;
     }
     if (here == nullptr) return FailedPrecondition(fmt::format("{} does not run on {}", rec.name, config_.host));
+    if (held_.count(rec.name)) return FailedPrecondition(fmt::format("{} is held: {}", rec.name, held_.at(rec.name)));
     rec = *here;
     if (group.empty() && rec.inventory.contains("group") && rec.inventory["group"].is_string()) {
       group = rec.inventory["group"].get<std::string>();
     }
   } else {
     if (maintenance_) return FailedPrecondition(fmt::format("{} is in maintenance: it starts no replicas", config_.host));
+    for (const auto& v : vms_) {
+      if (v.name == rec.name) return FailedPrecondition(fmt::format("{} already runs here", rec.name));
+    }
+    GM_RETURN_IF_ERROR(FitsLocked(rec));
     if (group.empty() && rec.inventory.contains("group") && rec.inventory["group"].is_string()) {
       group = rec.inventory["group"].get<std::string>();
     }
@@ -559,18 +625,11 @@ Result<Json> Agent::RunHook(const Json& req, bool drain) {
     argv.push_back(Substitute(Substitute(Substitute(a, "{vm}", rec.name), "{group}", group), "{host}", config_.host));
   }
   auto job = std::make_unique<Job>();
-  job->id = next_job_++;
   job->kind = op;
   job->vm = rec.name;
   job->record = rec;
-  job->started_unix_ms = NowMs();
-  auto started = launcher_->Start(argv, JobPath(job->id, "out"), JobPath(job->id, "err"), JobPath(job->id, "rc"));
-  if (!started.ok()) return started.status();
-  job->pid = started->id;
-  job->token = started->token;
-  const int64_t id = job->id;
-  jobs_.push_back(std::move(job));
-  GM_RETURN_IF_ERROR(Save());
+  GM_ASSIGN_OR_RETURN(Job * started, StartLocked(std::move(job), argv));
+  const int64_t id = started->id;
   return Reply({{"job", id}});
 }
 
@@ -578,16 +637,20 @@ Result<Json> Agent::RunHook(const Json& req, bool drain) {
 // hold is lifted; "gone": true when the VM no longer runs here.
 Result<Json> Agent::Release(const Json& req) {
   const std::string name = req.value("vm", "");
+  if (req.contains("gone") && !req["gone"].is_boolean()) return InvalidArgument("resolve: gone must be true or false");
+  const bool gone = req.value("gone", false);
   std::lock_guard<std::mutex> lock(mu_);
   if (!held_.count(name)) return FailedPrecondition(fmt::format("{} is not held on {}", name, config_.host));
   held_.erase(name);
-  if (req.value("gone", false)) std::erase_if(vms_, [&](const VmRecord& v) { return v.name == name; });
+  if (gone) std::erase_if(vms_, [&](const VmRecord& v) { return v.name == name; });
   GM_RETURN_IF_ERROR(Save());
   return Reply({{"vm", name}});
 }
 
 Json Agent::Handle(const Json& request) {
-  const std::string op = request.is_object() ? request.value("op", "") : "";
+  const std::string op =
+      request.is_object() && request.contains("op") && request["op"].is_string() ? request["op"].get<std::string>()
+                                                                               : "";
   Result<Json> r = InvalidArgument(
       fmt::format("unknown op '{}' (inventory, status, receive, migrate, start-replica, drain, resolve, "
                   "maintenance)",
@@ -634,6 +697,8 @@ Json Agent::Handle(const Json& request) {
     }
   } catch (const Json::exception& e) {
     r = InvalidArgument(fmt::format("{}: a key of the wrong type: {}", op, e.what()));
+  } catch (const std::exception& e) {  // never let one request end the agent
+    r = Internal(fmt::format("{}: {}", op, e.what()));
   }
   if (!r.ok()) return Refusal(r.status(), config_.host);
   Json out = *r;

@@ -43,8 +43,8 @@ std::string StartTime(int64_t pid, bool* zombie) {
 // trapped signal interrupts `wait`, so it waits again while the child exists
 // (a zombie still answers kill -0 until that wait reaps it).
 constexpr const char* kWrapper =
-    "out=$1; err=$2; rc=$3; shift 3; \"$@\" >\"$out\" 2>\"$err\" </dev/null & c=$!; "
-    "trap 'kill -TERM $c 2>/dev/null' TERM; s=127; "
+    "out=$1; err=$2; rc=$3; shift 3; c=; trap '[ -n \"$c\" ] && kill -TERM $c 2>/dev/null' TERM; "
+    "\"$@\" >\"$out\" 2>\"$err\" </dev/null & c=$!; s=127; "
     "while kill -0 $c 2>/dev/null; do wait $c; s=$?; done; "
     "echo $s >\"$rc.tmp\"; mv -f \"$rc.tmp\" \"$rc\"";
 
@@ -83,6 +83,12 @@ class ProcessLauncher : public Launcher {
       return false;
     }
     return true;
+  }
+
+  // The agent's only children are these shells: whatever has exited is one.
+  void Reap() override {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
   }
 
   void Kill(int64_t id, const std::string& token) override {

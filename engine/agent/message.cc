@@ -10,7 +10,7 @@
 namespace gpumigrate::agent {
 
 Status WriteMessage(Stream& s, const Json& message) {
-  const std::string body = message.dump();
+  const std::string body = message.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (body.size() > kMaxMessageBytes) {
     return InvalidArgument(fmt::format("message of {} bytes is over the limit of {}", body.size(), kMaxMessageBytes));
   }
@@ -19,6 +19,35 @@ Status WriteMessage(Stream& s, const Json& message) {
   GM_RETURN_IF_ERROR(s.WriteAll(len));
   return s.WriteAll(std::as_bytes(std::span(body.data(), body.size())));
 }
+
+namespace {
+
+// Deepest nesting of arrays and objects in JSON text, strings skipped: the
+// parser and every copy recurse, so a deep message would exhaust the stack.
+constexpr int kMaxDepth = 64;
+bool TooDeep(const std::string& t) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < t.size(); ++i) {
+    const char c = t[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+}  // namespace
 
 Result<Json> ReadMessage(Stream& s) {
   std::array<std::byte, 4> len{};
@@ -30,6 +59,9 @@ Result<Json> ReadMessage(Stream& s) {
   std::string body(n, '\0');
   if (Status st = s.ReadExact(std::as_writable_bytes(std::span(body.data(), body.size()))); !st.ok()) {
     return Corrupt(fmt::format("{}: message cut off within its {} bytes: {}", s.Name(), n, st.message()));
+  }
+  if (TooDeep(body)) {
+    return Corrupt(fmt::format("{}: a message nested deeper than {} levels", s.Name(), kMaxDepth));
   }
   Json j = Json::parse(body, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {

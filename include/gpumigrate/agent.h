@@ -95,6 +95,8 @@ class Launcher {
   // Whether the child with this id and token still runs.
   virtual bool Alive(int64_t id, const std::string& token) = 0;
   virtual void Kill(int64_t id, const std::string& token) = 0;
+  // Collects children that have exited (the real launcher's zombie shells).
+  virtual void Reap() {}
 };
 // Children in a session of their own (an agent killed or restarted leaves them
 // running); `rc` is written by a /bin/sh that waits for the child.
@@ -138,6 +140,8 @@ class Agent {
   Result<Json> RunHook(const Json& req, bool drain);
   Result<Json> Release(const Json& req);
   int RunningJobs() const;
+  Status FitsLocked(const VmRecord& rec) const;
+  Result<Job*> StartLocked(std::unique_ptr<Job> job, const std::vector<std::string>& argv);
   std::string JobPath(int64_t id, const char* ext) const;
 
   AgentConfig config_;

@@ -97,8 +97,15 @@ for who in a b; do
   check "gpu-$who refuses a foreign controller" 2 $?
   [ -s "$tmp/foreign.out" ] && { echo "FAIL: a reply reached the foreign controller"; fail=1; }
 done
-sleep 0.3
+for _ in $(seq 100); do grep -q "refused 127.0.0.1:" "$tmp/a.log" && break; sleep 0.05; done
 contains "gpu-a logs the refusal" "$tmp/a.log" "refused 127.0.0.1:"
+
+# A wildcard listen address names no address a source could reach.
+timeout 30 "$bin" agent --config "$tmp/b.json" --listen 0.0.0.0:0 --state-dir "$tmp/w" --tls-ca "$tmp/pki/ca.pem" \
+  --tls-cert "$tmp/pki/dest.pem" --tls-key "$tmp/pki/dest.key" 2>"$tmp/w.err"
+check "an agent on 0.0.0.0 without data_address refuses to start" 2 $?
+contains "saying what to set" "$tmp/w.err" 'set "data_address"'
+
 
 # Move llm-1 to gpu-b: receive there, migrate here, both jobs followed to the end.
 vm=$(record_of llm-1)
@@ -121,7 +128,7 @@ json_check "$tmp/reply.json" '[(v["name"], v["host"], v["placement"]) for v in r
 
 # gpu-b takes one migration at a time; in maintenance it takes none.
 vm=$(record_of chat-1)
-call "$b_addr" receive "{\"vm\": $vm, \"gpus\": [0], \"placement\": 4, \"accept_timeout\": \"2s\"}"
+call "$b_addr" receive "{\"vm\": $vm, \"gpus\": [0], \"placement\": 4, \"accept_timeout\": \"8s\"}"
 check "gpu-b prepares a receive that will time out" 0 $?
 other=${vm/\"name\": \"chat-1\"/\"name\": \"chat-7\"}
 call "$b_addr" receive "{\"vm\": $other, \"gpus\": [0], \"placement\": 5}"; check "a second receive is refused" 1 $?

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace gpumigrate::agent {
@@ -394,6 +395,95 @@ TEST_F(AgentTest, ADamagedStateFileIsRefusedNamingIt) {
   EXPECT_NE(std::string(a.status().message()).find("state of host 'gpu-z'"), std::string::npos);
 }
 
+// Found in review: each of these crashed the agent, lost a VM or gave a slot twice.
+TEST_F(AgentTest, WrongTypesAndOddBytesAreRefusedNeverFatal) {
+  EXPECT_NE(Error(Call({{"op", 1}})).find("unknown op"), std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", 7}, {"to", "h:1"}})).find("wrong type"), std::string::npos);
+  EXPECT_FALSE(Call({{"op", "status"}, {"job", "one"}})["ok"]);
+  // A child that prints bytes that are not UTF-8: saved, reported, reopened.
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
+  std::ofstream(children_.started[0].err) << "caf\xe9 \xff\xfe failed\n";
+  End(children_, 0, 1, "{}");
+  Json st = Call({{"op", "status"}});
+  ASSERT_TRUE(st["ok"]) << st.dump(-1, ' ', false, Json::error_handler_t::replace);
+  EXPECT_EQ(st["jobs"][0]["state"], "failed");
+  Reopen();
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["state"], "failed");
+}
+
+TEST_F(AgentTest, ADeepMessageIsRefusedBeforeParsing) {
+  auto [a, b] = MakePipe("deep");
+  std::string body = "{\"op\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  const uint32_t n = static_cast<uint32_t>(body.size());
+  const std::byte len[4] = {std::byte(n >> 24), std::byte(n >> 16), std::byte(n >> 8), std::byte(n)};
+  std::thread w([&, a = a.get()] {
+    (void)a->WriteAll(len);
+    (void)a->WriteAll(std::as_bytes(std::span(body.data(), body.size())));
+  });
+  auto got = ReadMessage(*b);
+  w.join();
+  ASSERT_FALSE(got.ok());
+  EXPECT_NE(std::string(got.status().message()).find("nested deeper than 64"), std::string::npos);
+}
+
+TEST_F(AgentTest, AReceiveFitsBesideADrainAndAReplicaIsCheckedLikeAReceive) {
+  ASSERT_TRUE(Call({{"op", "drain"}, {"vm", "chat-1"}})["ok"]);
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  Json r = Call({{"op", "receive"}, {"vm", in}});
+  EXPECT_TRUE(r["ok"]) << r.dump();  // chat-1, being drained, is counted once
+  Json rep = Json::parse(R"({"name": "chat-2", "device": "sim",
+      "inventory": {"gpus": [0], "profile": "3g.40gb", "placement": 0, "class": "stateless-inference",
+                    "group": "chat"}})");
+  EXPECT_NE(Error(Call({{"op", "start-replica"}, {"vm", rep}})).find("does not fit on gpu-a"), std::string::npos);
+  rep["name"] = "llm-1";
+  EXPECT_NE(Error(Call({{"op", "start-replica"}, {"vm", rep}})).find("llm-1 already runs here"), std::string::npos);
+}
+
+TEST_F(AgentTest, AResolveWithABadKeyChangesNothing) {
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
+  End(children_, 0, 3, "{}");
+  EXPECT_NE(Error(Call({{"op", "resolve"}, {"vm", "llm-1"}, {"gone", "yes"}})).find("gone must be"),
+            std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})).find("is held"), std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "drain"}, {"vm", "llm-1"}})).find("is held"), std::string::npos);
+  ASSERT_TRUE(Call({{"op", "resolve"}, {"vm", "llm-1"}, {"gone", true}})["ok"]);
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"chat-1"});
+}
+
+TEST_F(AgentTest, AReceiveInDoubtOrVanishedKeepsTheVmHeld) {
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", in}})["ok"]);
+  End(children_, 0, 3, R"({"outcome": "in-doubt"})");
+  Json inv = Call({{"op", "inventory"}});
+  ASSERT_EQ(inv["vms"].size(), 3u);
+  EXPECT_EQ(inv["vms"][2]["name"], "llm-9");
+  EXPECT_NE(inv["vms"][2]["held"].get<std::string>().find("may hold the VM stopped"), std::string::npos);
+}
+
+TEST_F(AgentTest, OldJobFilesAndAJobRecordedButNotStartedAreNeverTakenForResults) {
+  // A state moved away leaves jobs/1.*: a new first start numbers above them.
+  agent_.reset();
+  fs::remove(dir_ / "state.json");
+  std::ofstream(dir_ / "jobs" / "1.rc") << "0\n";
+  std::ofstream(dir_ / "jobs" / "1.out") << R"({"outcome": "completed", "verified": true})";
+  Reopen();
+  Json r = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}});
+  ASSERT_TRUE(r["ok"]);
+  EXPECT_EQ(r["job"], 2);
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["state"], "running");
+  // The agent died after recording a job and before its process started.
+  agent_.reset();
+  std::ifstream in(dir_ / "state.json");
+  Json state = Json::parse(in);
+  state["jobs"][0]["pid"] = 0;
+  std::ofstream(dir_ / "state.json") << state.dump();
+  Reopen();
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["state"], "lost");
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})).find("is held"), std::string::npos);
+}
+
 // The real launcher: the exit status outlives the agent, SIGTERM reaches the child.
 TEST(ProcessLauncher, WritesTheExitStatusAndForwardsKill) {
   const fs::path d = fs::temp_directory_path() / ("gm-launch-" + std::to_string(getpid()));
@@ -416,14 +506,18 @@ TEST(ProcessLauncher, WritesTheExitStatusAndForwardsKill) {
   std::string line;
   std::getline(out, line);
   EXPECT_EQ(line, "out");
-  for (int i = 0; i < 200 && l->Alive(s->id, s->token); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 200 && fs::exists(fmt::format("/proc/{}", s->id)); ++i) {
+    l->Reap();  // the shell, once it exits, is collected: no zombie left behind
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_FALSE(fs::exists(fmt::format("/proc/{}", s->id)));
   EXPECT_FALSE(l->Alive(s->id, s->token));
-  EXPECT_FALSE(l->Alive(s->id, "another start time"));
 
   s = l->Start({"sleep", "30"}, (d / "2.out").string(), (d / "2.err").string(), (d / "2.rc").string());
   ASSERT_TRUE(s.ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_TRUE(l->Alive(s->id, s->token));
+  EXPECT_FALSE(l->Alive(s->id, "another start time"));
   l->Kill(s->id, s->token);
   EXPECT_EQ(wait_rc((d / "2.rc").string()), 143);  // the child's SIGTERM, recorded by the shell
   fs::remove_all(d);
