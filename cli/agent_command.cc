@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "cli/agent_client.h"
 #include "cli/plan_command.h"
 #include "cli/print.h"
 #include "gpumigrate/agent.h"
@@ -22,13 +23,6 @@
 
 namespace gpumigrate::cli {
 namespace {
-
-void AddAgentTlsFlags(CLI::App* c, AgentTls& t) {
-  c->add_option("--tls-ca", t.ca, "CA certificate (PEM) that signs every agent's and controller's certificate")
-      ->required();
-  c->add_option("--tls-cert", t.cert, "This side's certificate chain (PEM)")->required();
-  c->add_option("--tls-key", t.key, "This side's private key (PEM)")->required();
-}
 
 std::string Absolute(const std::string& p) { return std::filesystem::absolute(p).string(); }
 
@@ -126,6 +120,13 @@ int Fail(const char* cmd, const std::string& message) {
 }
 
 }  // namespace
+
+void AddAgentTlsFlags(CLI::App* c, AgentTls& t) {
+  c->add_option("--tls-ca", t.ca, "CA certificate (PEM) that signs every agent's and controller's certificate")
+      ->required();
+  c->add_option("--tls-cert", t.cert, "This side's certificate chain (PEM)")->required();
+  c->add_option("--tls-key", t.key, "This side's private key (PEM)")->required();
+}
 
 CLI::App* AddAgentCommand(CLI::App& app, AgentFlags& f) {
   auto* c = app.add_subcommand(
@@ -235,19 +236,30 @@ int RunAgentCall(const AgentCallFlags& f) {
   agent::Json req = agent::Json::parse(f.body, nullptr, false);
   if (req.is_discarded() || !req.is_object()) return Fail("agent-call", "the body is not a JSON object: " + f.body);
   req["op"] = f.op;
-  auto to = ParseHostPort(f.agent);
-  if (!to.ok()) return Fail("agent-call", std::string(to.status().message()));
   auto timeout = ParseDuration(f.timeout);
   if (!timeout.ok()) return Fail("agent-call", std::string(timeout.status().message()));
-  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(*timeout);
-  TlsConfig tls = MakeConfig(f.tls);
+  auto reply = CallAgent(f.agent, f.tls, req, std::chrono::duration_cast<std::chrono::milliseconds>(*timeout));
+  if (!reply.ok()) return Fail("agent-call", std::string(reply.status().message()));
+  Print("{}\n", reply->dump());
+  if (!reply->value("ok", false)) {
+    Print(stderr, "gpumigrate agent-call: {} refused {}: {}\n", f.agent, f.op, reply->value("error", ""));
+    return 1;
+  }
+  return 0;
+}
+
+Result<agent::Json> CallAgent(const std::string& address, const AgentTls& t, const agent::Json& request,
+                              std::chrono::milliseconds ms) {
+  auto to = ParseHostPort(address);
+  if (!to.ok()) return to.status();
+  TlsConfig tls = MakeConfig(t);
   tls.expected_host = to->host;
-  if (std::string p = tls.Problem(); !p.empty()) return Fail("agent-call", p);
+  if (std::string p = tls.Problem(); !p.empty()) return InvalidArgument(p);
   auto fd = ConnectTcpFd(*to, ms);
-  if (!fd.ok()) return Fail("agent-call", fmt::format("{}: {}", f.agent, fd.status().message()));
+  if (!fd.ok()) return Unavailable(fmt::format("{}: {}", address, fd.status().message()));
   auto stream = TlsStream::Client(*fd, tls, ms);
-  if (!stream.ok()) return Fail("agent-call", fmt::format("{}: {}", f.agent, stream.status().message()));
-  // The reply is bounded by --timeout: a watchdog closes the stream.
+  if (!stream.ok()) return Unavailable(fmt::format("{}: {}", address, stream.status().message()));
+  // The reply is bounded: a watchdog closes the stream.
   std::mutex mu;
   std::condition_variable cv;
   bool finished = false;
@@ -255,7 +267,7 @@ int RunAgentCall(const AgentCallFlags& f) {
     std::unique_lock<std::mutex> lock(mu);
     if (!cv.wait_for(lock, ms, [&] { return finished; })) (*stream)->Close();
   });
-  Status sent = agent::WriteMessage(**stream, req);
+  Status sent = agent::WriteMessage(**stream, request);
   Result<agent::Json> reply = sent.ok() ? agent::ReadMessage(**stream) : Result<agent::Json>(sent);
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -265,15 +277,10 @@ int RunAgentCall(const AgentCallFlags& f) {
   watchdog.join();
   (*stream)->Close();
   if (!reply.ok()) {
-    return Fail("agent-call", fmt::format("{}: no reply to {} within {}: {}", f.agent, f.op, f.timeout,
-                                          reply.status().message()));
+    return Unavailable(fmt::format("{}: no reply to {} within {} ms: {}", address, request.value("op", "?"),
+                                   ms.count(), reply.status().message()));
   }
-  Print("{}\n", reply->dump());
-  if (!reply->value("ok", false)) {
-    Print(stderr, "gpumigrate agent-call: {} refused {}: {}\n", f.agent, f.op, reply->value("error", ""));
-    return 1;
-  }
-  return 0;
+  return reply;
 }
 
 }  // namespace gpumigrate::cli

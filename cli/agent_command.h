@@ -33,6 +33,8 @@ struct AgentCallFlags {
   AgentTls tls;
 };
 
+// --tls-ca, --tls-cert, --tls-key, all required.
+void AddAgentTlsFlags(CLI::App* c, AgentTls& tls);
 CLI::App* AddAgentCommand(CLI::App& app, AgentFlags& flags);
 int RunAgent(const AgentFlags& flags, const std::atomic<bool>& cancel);
 CLI::App* AddAgentCallCommand(CLI::App& app, AgentCallFlags& flags);

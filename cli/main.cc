@@ -18,6 +18,7 @@
 #include "cli/demo_command.h"
 #include "cli/calibrate_command.h"
 #include "cli/estimate_command.h"
+#include "cli/evacuate_command.h"
 #include "cli/inventory_command.h"
 #include "cli/net_commands.h"
 #include "cli/plan_command.h"
@@ -115,6 +116,9 @@ int main(int argc, char** argv) {
   gpumigrate::cli::AgentCallFlags agent_call;
   CLI::App* agent_call_cmd = gpumigrate::cli::AddAgentCallCommand(app, agent_call);
 
+  gpumigrate::cli::EvacuateFlags evacuate;
+  CLI::App* evacuate_cmd = gpumigrate::cli::AddEvacuateCommand(app, evacuate);
+
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
   help_cmd->add_option("command", help_topic, "The command to describe");
@@ -154,5 +158,6 @@ int main(int argc, char** argv) {
   if (*cuda_cmd) return gpumigrate::cli::RunCuda(cuda);
   if (*agent_cmd) return gpumigrate::cli::RunAgent(agent, g_cancel);
   if (*agent_call_cmd) return gpumigrate::cli::RunAgentCall(agent_call);
+  if (*evacuate_cmd) return gpumigrate::cli::RunEvacuate(evacuate, g_cancel);
   return 2;
 }

@@ -132,7 +132,7 @@ const std::map<std::string, std::string>& MigrateOptions() {
   static const std::map<std::string, std::string> m = {
       {"max_stun", "--max-stun"}, {"downtime_target", "--downtime-target"}, {"bandwidth", "--bandwidth"},
       {"streams", "--streams"},   {"codec", "--codec"},                     {"warmup", "--warmup"},
-      {"max_rounds", "--max-rounds"}};
+      {"max_rounds", "--max-rounds"}, {"resume_window", "--resume-window"}};
   return m;
 }
 

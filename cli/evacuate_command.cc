@@ -1,0 +1,693 @@
+#include "cli/evacuate_command.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <map>
+#include <set>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "cli/agent_client.h"
+#include "cli/evacuate_fleet.h"
+#include "cli/plan_command.h"
+#include "cli/plan_print.h"
+#include "cli/print.h"
+#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/units.h"
+
+namespace gpumigrate::cli {
+namespace {
+
+using agent::Json;
+using Clock = std::chrono::steady_clock;
+
+
+// One action being carried out.
+struct Running {
+  planner::PlannedAction a;
+  std::string source, target;
+  std::string phase;  // live-migrate: "migrate", "confirm"; drain-and-replace: "replica", "drain"
+  int64_t src_job = 0, dst_job = 0;
+  std::string reservation;
+  std::string last_line;
+  Clock::time_point last_print{}, last_ok = Clock::now(), confirm_since{};
+};
+
+struct Outcome {
+  std::string vm, action, target, result, detail;  // result: completed, failed, in-doubt, blocked, left
+  int64_t predicted_stun_ms = -1;
+  double measured_stun_ms = -1;
+  bool final = false;  // decided before the last re-plan: not tried again
+};
+
+class Evacuation {
+ public:
+  Evacuation(const EvacuateFlags& f, Fleet fleet, std::unique_ptr<EvacuationStore> store, const std::atomic<bool>& cancel)
+      : f_(f), fleet_(std::move(fleet)), store_(std::move(store)), cancel_(cancel) {
+    char host[256] = {};
+    gethostname(host, sizeof host - 1);
+    controller_ = fmt::format("{}:{}", host, getpid());
+  }
+
+  int Run(std::optional<planner::Plan> given) {
+    for (const auto& n : store_->Notes()) Say("store: {}", n);
+    // What an earlier controller of this evacuation left.
+    auto journal = store_->Journal(f_.id);
+    if (!journal.ok()) return Fail(journal.status());
+    for (const auto& s : SummarizeJournal(*journal)) {
+      if (s.finished()) {
+        Finish({s.vm, s.action, s.target, "completed", "completed earlier (journal)"}, false);
+      } else if (s.needs_operator()) {
+        Finish({s.vm, s.action, s.target, "in-doubt", "in doubt earlier (journal): an operator resolves it"}, false);
+      } else if (s.unresolved()) {
+        if (Status st = Resolve(s); !st.ok()) return Fail(st);
+      }
+      attempts_[s.vm] = s.attempts;
+    }
+    if (!running_.empty() || !done_.empty()) Say("continuing evacuation {} from its journal", f_.id);
+    if (Status st = fleet_.Refresh(Moving(), f_.host); !st.ok()) return Fail(st);
+    planner::Plan plan;
+    if (given && done_.empty() && running_.empty()) {
+      plan = *given;
+    } else {
+      auto p = fleet_.PlanFor(f_.host, f_.allow_power_off);
+      if (!p.ok()) return Fail(p.status());
+      plan = *p;
+    }
+    Say("plan: {} ({} actions, predicted {:.1f} s)", plan.feasible ? "feasible" : "NOT feasible", plan.actions.size(),
+        plan.total_ms / 1000.0);
+    if (!plan.feasible && done_.empty() && running_.empty()) {
+      for (const auto& a : plan.actions) {
+        if (a.action == planner::Action::kBlocked) Say("  {}: blocked: {}", a.vm, a.reason);
+      }
+      Say("refused: {}; nothing was moved", plan.reason.empty() ? "the plan is not feasible" : plan.reason);
+      return Summary(1);
+    }
+    Take(plan, "");
+    Loop();
+    return Summary(0);
+  }
+
+ private:
+  template <typename... Args>
+  void Say(fmt::format_string<Args...> format, Args&&... args) {
+    Print(stderr, "gpumigrate evacuate: {}\n", fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  int Fail(const Status& s) {
+    Print(stderr, "gpumigrate evacuate: {}\n", s.message());
+    return 2;
+  }
+
+  Status Journal(const std::string& vm, const std::string& action, JournalPhase phase, const std::string& target,
+                 const std::string& detail) {
+    JournalEntry e;
+    e.evacuation = f_.id;
+    e.controller = controller_;
+    e.vm = vm;
+    e.action = action;
+    e.phase = phase;
+    e.target = target;
+    e.detail = detail;
+    auto r = store_->Append(e);
+    return r.ok() ? Status::Ok() : r.status();
+  }
+
+  bool Settled(const std::string& vm) const {
+    for (const auto& o : done_) {
+      if (o.vm == vm) return true;
+    }
+    for (const auto& r : running_) {
+      if (r.a.vm == vm) return true;
+    }
+    return false;
+  }
+
+  std::vector<cli::InFlight> Moving() const {
+    std::vector<cli::InFlight> v;
+    for (const auto& r : running_) {
+      if (r.a.to) v.push_back({r.a.vm, r.source, *r.a.to, r.a.action == planner::Action::kDrainAndReplace});
+    }
+    return v;
+  }
+
+  // The plan's actions for VMs not yet settled become the queue.
+  void Take(const planner::Plan& plan, const std::string& why) {
+    pending_.clear();
+    std::vector<planner::PlannedAction> order = plan.actions;
+    std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.start_ms < y.start_ms; });
+    for (const auto& a : order) {
+      if (Settled(a.vm)) continue;
+      const std::string target = a.to ? a.to->host : "";
+      if (!why.empty()) (void)Journal(a.vm, std::string(planner::ActionName(a.action)), JournalPhase::kReplanned, target, why);
+      (void)Journal(a.vm, std::string(planner::ActionName(a.action)), JournalPhase::kPlanned, target, a.reason);
+      if (a.action == planner::Action::kBlocked) {
+        Finish({a.vm, "blocked", "", "blocked", a.reason, a.predicted_stun_ms}, false);
+      } else if (a.action == planner::Action::kPowerOff) {
+        Finish({a.vm, "power-off", "", "left", "power-off is for an operator: gpumigrate does not power VMs off",
+                a.predicted_stun_ms},
+               false);
+      } else if (fleet_.Held(a.vm)) {
+        Finish({a.vm, std::string(planner::ActionName(a.action)), target, "in-doubt",
+                "held on its host: " + fleet_.HeldWhy(a.vm)},
+               false);
+      } else {
+        pending_.push_back(a);
+      }
+    }
+    for (const auto& a : pending_) {
+      Say("  {:<14} {:<18} -> {:<8} predicted stun {}", a.vm, planner::ActionName(a.action), a.to ? a.to->host : "-",
+          a.action == planner::Action::kLiveMigrate ? fmt::format("{:.2f} s", a.predicted_stun_ms / 1000.0) : "-");
+    }
+  }
+
+  int Busy(const std::string& host) const {
+    int n = 0;
+    for (const auto& r : running_) {
+      n += r.a.action == planner::Action::kLiveMigrate && (r.source == host || r.target == host);
+    }
+    return n;
+  }
+
+  void Loop() {
+    while (!pending_.empty() || !running_.empty()) {
+      if (!cancel_.load()) StartWhatFits();
+      std::vector<Running> still;
+      bool replan = !replan_after_start_.empty();
+      std::string why = replan_after_start_;
+      replan_after_start_.clear();
+      for (auto& r : running_) {
+        std::string w;
+        if (Step(r, &w)) {
+          if (!w.empty()) {
+            replan = true;
+            why = w;
+          }
+        } else {
+          still.push_back(std::move(r));
+        }
+      }
+      running_ = std::move(still);
+      if (cancel_.load() && !pending_.empty()) {
+        Say("interrupted: {} actions not started (run again with --id {} to continue)", pending_.size(), f_.id);
+        for (const auto& a : pending_) Finish({a.vm, std::string(planner::ActionName(a.action)), "", "left", "not started: interrupted"}, false);
+        pending_.clear();
+      }
+      if (replan && !cancel_.load()) Replan(why);
+      std::this_thread::sleep_for(poll_);
+    }
+  }
+
+  void StartWhatFits() {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const planner::PlannedAction& a = *it;
+      const std::string& tgt = a.to->host;
+      const bool live = a.action == planner::Action::kLiveMigrate;
+      const bool alone_ok = !a.link_alone || (Busy(f_.host) == 0 && Busy(tgt) == 0);
+      if (live && (Busy(f_.host) >= fleet_.MaxMigrations(f_.host) || Busy(tgt) >= fleet_.MaxMigrations(tgt) ||
+                   !alone_ok)) {
+        ++it;
+        continue;
+      }
+      planner::PlannedAction next = a;
+      it = pending_.erase(it);
+      Start(next);
+    }
+  }
+
+  void Start(const planner::PlannedAction& a) {
+    Running r;
+    r.a = a;
+    r.source = f_.host;
+    r.target = a.to->host;
+    const std::string action(planner::ActionName(a.action));
+    Reservation want;
+    want.evacuation = f_.id;
+    want.vm = a.vm;
+    want.host = r.target;
+    want.units = fleet_.Units(a.vm, *a.to);
+    auto res = store_->Reserve(want);
+    if (!res.ok()) {
+      (void)Journal(a.vm, action, JournalPhase::kFailed, r.target, std::string(res.status().message()));
+      Finish({a.vm, action, r.target, "failed", "capacity: " + std::string(res.status().message()), a.predicted_stun_ms},
+             true);
+      return;
+    }
+    r.reservation = res->id;
+    ++attempts_[a.vm];
+    if (Status st = Journal(a.vm, action, JournalPhase::kStarted, r.target, "attempt " + std::to_string(attempts_[a.vm]));
+        !st.ok()) {
+      (void)store_->Release(r.reservation);
+      Finish({a.vm, action, r.target, "failed", "journal: " + std::string(st.message()), a.predicted_stun_ms}, true);
+      return;
+    }
+    std::string err;
+    if (a.action == planner::Action::kLiveMigrate) {
+      Json req = {{"vm", fleet_.Record(a.vm)}, {"gpus", a.to->gpus}, {"accept_timeout", "30s"}};
+      if (a.to->placement) req["placement"] = *a.to->placement;
+      auto rec = Ask(r.target, "receive", req);
+      if (!rec.ok()) {
+        err = fmt::format("target agent {} unreachable: {}", r.target, rec.status().message());
+        fleet_.MarkUnreachable(r.target);
+      } else if (!(*rec)["ok"].get<bool>()) {
+        err = fmt::format("{} refused to receive: {}", r.target, rec->value("error", ""));
+      } else {
+        r.dst_job = (*rec)["job"].get<int64_t>();
+        std::string addr = (*rec)["address"].get<std::string>();
+        if (addr.find(':') != std::string::npos) addr = "[" + addr + "]";
+        Json m = {{"vm", a.vm},
+                  {"to", fmt::format("{}:{}", addr, (*rec)["port"].get<int>())},
+                  {"options", {{"max_stun", fmt::format("{}ms", fleet_.MaxStunMs(a.vm))}}}};
+        if (!f_.bandwidth.empty()) m["options"]["bandwidth"] = f_.bandwidth;
+        if (!f_.resume_window.empty()) m["options"]["resume_window"] = f_.resume_window;
+        auto mig = Ask(r.source, "migrate", m);
+        if (!mig.ok() || !(*mig)["ok"].get<bool>()) {
+          err = mig.ok() ? fmt::format("{} refused to migrate: {}", r.source, mig->value("error", ""))
+                         : std::string(mig.status().message());
+        } else {
+          r.src_job = (*mig)["job"].get<int64_t>();
+          r.phase = "migrate";
+        }
+      }
+    } else {
+      Json rep = fleet_.Record(a.vm);
+      rep["name"] = ReplicaName(a.vm);
+      rep["inventory"]["gpus"] = a.to->gpus;
+      if (a.to->placement) rep["inventory"]["placement"] = *a.to->placement;
+      auto st = Ask(r.target, "start-replica", {{"vm", rep}});
+      if (!st.ok() || !(*st)["ok"].get<bool>()) {
+        err = st.ok() ? fmt::format("{} refused to start a replica: {}", r.target, st->value("error", ""))
+                      : std::string(st.status().message());
+        if (!st.ok()) fleet_.MarkUnreachable(r.target);
+      } else {
+        r.dst_job = (*st)["job"].get<int64_t>();
+        r.phase = "replica";
+      }
+    }
+    if (!err.empty()) {  // nothing moved: the VM runs where it was
+      (void)Journal(a.vm, action, JournalPhase::kFailed, r.target, err);
+      (void)store_->Release(r.reservation);
+      Finish({a.vm, action, r.target, "failed", err, a.predicted_stun_ms}, true);
+      replan_after_start_ = err;
+      return;
+    }
+    Say("{}: {} to {} started", a.vm, action, r.target);
+    running_.push_back(std::move(r));
+  }
+
+  Result<Json> Ask(const std::string& host, const std::string& op, Json body) {
+    body["op"] = op;
+    return CallAgent(fleet_.Agent(host), f_.tls, body, agent_timeout_);
+  }
+
+  // The job's state on `host`, or "" when the agent did not answer.
+  std::string JobState(const std::string& host, int64_t job, Json* out) {
+    auto r = Ask(host, "status", {{"job", job}});
+    if (!r.ok() || !(*r)["ok"].get<bool>() || (*r)["jobs"].empty()) return "";
+    *out = (*r)["jobs"][0];
+    return (*out)["state"].get<std::string>();
+  }
+
+  // Advances one action; true when it ended (its outcome recorded). *replan_why
+  // is set when the VMs left should be planned again.
+  bool Step(Running& r, std::string* replan_why) {
+    const std::string action(planner::ActionName(r.a.action));
+    const auto now = Clock::now();
+    const bool live = r.a.action == planner::Action::kLiveMigrate;
+    const std::string& host = (r.phase == "migrate" || r.phase == "drain") ? r.source : r.target;
+    const int64_t job = (r.phase == "migrate" || r.phase == "drain") ? r.src_job : r.dst_job;
+    Json j;
+    const std::string state = JobState(host, job, &j);
+    if (state.empty()) {
+      if (now - r.last_ok > std::chrono::seconds(60)) {
+        const std::string d = fmt::format("the agent of {} has not answered for 60 s during {}", host, r.phase);
+        (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
+        Finish({r.a.vm, action, r.target, "in-doubt", d, r.a.predicted_stun_ms}, true);
+        return true;
+      }
+      return false;
+    }
+    r.last_ok = now;
+    if (state == "running") {
+      const std::string line = j.value("progress", "");
+      if (line != r.last_line && now - r.last_print > std::chrono::seconds(1)) {
+        Say("{}: {} {}: {}", r.a.vm, r.phase, host, line);
+        r.last_line = line;
+        r.last_print = now;
+      }
+      if (r.phase == "confirm" && now - r.confirm_since > std::chrono::seconds(60)) {
+        const std::string d = "the source completed but the destination's receive did not finish within 60 s";
+        (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
+        Finish({r.a.vm, action, r.target, "in-doubt", d, r.a.predicted_stun_ms}, true);
+        return true;
+      }
+      return false;
+    }
+    const std::string detail = j.value("detail", "");
+    if (live && r.phase == "migrate") {
+      if (state == "completed") {
+        stun_[r.a.vm] = j.contains("report") ? j["report"].value("stun_ms", -1.0) : -1.0;
+        r.phase = "confirm";
+        r.confirm_since = now;
+        return Step(r, replan_why);
+      }
+      if (state == "failed") {  // rolled back: the VM runs on the source
+        (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, detail);
+        (void)store_->Release(r.reservation);
+        Finish({r.a.vm, action, r.target, "failed", detail, r.a.predicted_stun_ms}, true);
+        if (detail.find("stun") != std::string::npos) fleet_.LearnStunTooLong(r.a.vm);
+        if (!fleet_.Reachable(r.target)) fleet_.MarkUnreachable(r.target);
+        *replan_why = fmt::format("{} failed: {}", r.a.vm, detail);
+        return true;
+      }
+      const std::string d = fmt::format("source {}: {}", state, detail);  // in doubt, lost
+      (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
+      Finish({r.a.vm, action, r.target, "in-doubt", d, r.a.predicted_stun_ms}, true);
+      return true;
+    }
+    if (live) {  // confirm: the destination's receive
+      if (state == "completed") {
+        const double stun = stun_[r.a.vm];
+        const std::string d = fmt::format("stun {:.1f} ms (predicted {} ms)", stun, r.a.predicted_stun_ms);
+        (void)Journal(r.a.vm, action, JournalPhase::kCompleted, r.target, d);
+        (void)store_->Release(r.reservation);
+        Outcome o{r.a.vm, action, r.target, "completed", d, r.a.predicted_stun_ms};
+        o.measured_stun_ms = stun;
+        Finish(o, true);
+        return true;
+      }
+      const std::string d = fmt::format("the source completed but {}'s receive ended {}: {}", r.target, state, detail);
+      (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
+      Finish({r.a.vm, action, r.target, "in-doubt", d, r.a.predicted_stun_ms}, true);
+      return true;
+    }
+    if (r.phase == "replica") {
+      if (state != "completed") {
+        const std::string d = fmt::format("the replacement replica did not start on {}: {}", r.target, detail);
+        (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, d);
+        (void)store_->Release(r.reservation);
+        Finish({r.a.vm, action, r.target, "failed", d + " (the old replica serves on)"}, true);
+        return true;
+      }
+      // The replacement serves: only now does the old one drain (min_serving kept).
+      auto dr = Ask(r.source, "drain", {{"vm", r.a.vm}});
+      if (!dr.ok() || !(*dr)["ok"].get<bool>()) {
+        const std::string d = fmt::format("replacement {} serves on {}, but the drain of {} was refused: {}",
+                                          ReplicaName(r.a.vm), r.target, r.a.vm,
+                                          dr.ok() ? dr->value("error", "") : std::string(dr.status().message()));
+        (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
+        Finish({r.a.vm, action, r.target, "in-doubt", d}, true);
+        return true;
+      }
+      r.src_job = (*dr)["job"].get<int64_t>();
+      r.phase = "drain";
+      Say("{}: replacement {} serves on {}; draining {}", r.a.vm, ReplicaName(r.a.vm), r.target, r.a.vm);
+      return false;
+    }
+    // drain
+    if (state == "completed") {
+      const std::string d = fmt::format("replaced by {} on {}, then drained", ReplicaName(r.a.vm), r.target);
+      (void)Journal(r.a.vm, action, JournalPhase::kCompleted, r.target, d);
+      (void)store_->Release(r.reservation);
+      Finish({r.a.vm, action, r.target, "completed", d}, true);
+      return true;
+    }
+    const std::string d = fmt::format("replacement {} serves on {}, but the drain failed: {}", ReplicaName(r.a.vm),
+                                      r.target, detail);
+    (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
+    Finish({r.a.vm, action, r.target, "in-doubt", d}, true);
+    return true;
+  }
+
+  // After a failure: the VMs left, planned again from what the agents report
+  // now (a target that stopped answering excluded, a VM whose migration would
+  // have exceeded its max stun no longer live-migrated). At most two new tries
+  // per VM: nothing is retried blindly or forever.
+  void Replan(const std::string& why) {
+    for (auto it = done_.begin(); it != done_.end();) {
+      if (it->result == "failed" && attempts_[it->vm] < 3 && !it->final) {
+        it = done_.erase(it);  // may be tried again under the new plan
+      } else {
+        ++it;
+      }
+    }
+    if (Status st = fleet_.Refresh(Moving(), f_.host); !st.ok()) {
+      Say("re-plan: {}", st.message());
+      return;
+    }
+    auto p = fleet_.PlanFor(f_.host, f_.allow_power_off);
+    if (!p.ok()) {
+      Say("re-plan: {}", p.status().message());
+      return;
+    }
+    Say("re-planned the VMs left after: {}", why);
+    for (auto& o : done_) o.final = true;
+    Take(*p, why);
+  }
+
+  // A VM the journal says was started: asked about, never started blindly.
+  Status Resolve(const VmJournalState& s) {
+    GM_RETURN_IF_ERROR(fleet_.Refresh({}, f_.host));
+    const bool drain = s.action == "drain-and-replace";
+    const bool on_source = fleet_.On(s.vm, f_.host);
+    const bool at_target = fleet_.On(drain ? ReplicaName(s.vm) : s.vm, s.target);
+    if (fleet_.Held(s.vm)) {
+      const std::string d = "held after a controller restart: " + fleet_.HeldWhy(s.vm);
+      GM_RETURN_IF_ERROR(Journal(s.vm, s.action, JournalPhase::kInDoubt, s.target, d));
+      Finish({s.vm, s.action, s.target, "in-doubt", d}, false);
+      return Status::Ok();
+    }
+    if (at_target && !on_source) {
+      const std::string d = "found at its target after a controller restart";
+      GM_RETURN_IF_ERROR(Journal(s.vm, s.action, JournalPhase::kCompleted, s.target, d));
+      Finish({s.vm, s.action, s.target, "completed", d}, false);
+      return Status::Ok();
+    }
+    // Still in flight? The source agent's (or, for a replica, the target's) jobs say.
+    const std::string host = drain && !at_target ? s.target : f_.host;
+    auto st = Ask(host, "status", Json::object());
+    if (!st.ok()) return Unavailable(fmt::format("resolving {}: {}", s.vm, st.status().message()));
+    for (const auto& j : (*st)["jobs"]) {
+      if (j["state"] == "running" &&
+          (j["vm"] == s.vm || j["vm"] == ReplicaName(s.vm))) {  // adopt it: followed to its end
+        Running r;
+        r.a.vm = s.vm;
+        r.a.action = drain ? planner::Action::kDrainAndReplace : planner::Action::kLiveMigrate;
+        r.a.to = planner::Target{s.target, {}, std::nullopt};
+        r.source = f_.host;
+        r.target = s.target;
+        const std::string kind = j["kind"];
+        r.phase = kind == "migrate" ? "migrate" : kind == "drain" ? "drain" : "replica";
+        (r.phase == "replica" ? r.dst_job : r.src_job) = j["id"].get<int64_t>();
+        if (r.phase == "migrate") r.dst_job = TargetReceiveJob(s.target, s.vm);
+        for (const auto& res : Reserved(s.vm)) r.reservation = res;
+        Say("{}: {} started before a controller restart is still running ({} job {}): following it", s.vm, s.action,
+            host, j["id"].get<int64_t>());
+        running_.push_back(std::move(r));
+        return Status::Ok();
+      }
+    }
+    if (drain && at_target && on_source) {  // replaced, not yet drained: drain now
+      Running r;
+      r.a.vm = s.vm;
+      r.a.action = planner::Action::kDrainAndReplace;
+      r.a.to = planner::Target{s.target, {}, std::nullopt};
+      r.source = f_.host;
+      r.target = s.target;
+      r.phase = "replica";
+      r.dst_job = LatestJob(s.target, ReplicaName(s.vm));
+      for (const auto& res : Reserved(s.vm)) r.reservation = res;
+      running_.push_back(std::move(r));
+      return Status::Ok();
+    }
+    const std::string d = "the attempt before a controller restart did not complete; the VM runs on its source";
+    GM_RETURN_IF_ERROR(Journal(s.vm, s.action, JournalPhase::kFailed, s.target, d));
+    for (const auto& res : Reserved(s.vm)) (void)store_->Release(res);
+    return Status::Ok();
+  }
+
+  int64_t LatestJob(const std::string& host, const std::string& vm) {
+    auto st = Ask(host, "status", Json::object());
+    int64_t id = 0;
+    if (st.ok() && (*st)["ok"].get<bool>()) {
+      for (const auto& j : (*st)["jobs"]) {
+        if (j["vm"] == vm) id = std::max<int64_t>(id, j["id"].get<int64_t>());
+      }
+    }
+    return id;
+  }
+
+  int64_t TargetReceiveJob(const std::string& host, const std::string& vm) { return LatestJob(host, vm); }
+
+  std::vector<std::string> Reserved(const std::string& vm) {
+    std::vector<std::string> ids;
+    auto all = store_->Reservations();
+    if (all.ok()) {
+      for (const auto& r : *all) {
+        if (r.evacuation == f_.id && r.vm == vm) ids.push_back(r.id);
+      }
+    }
+    return ids;
+  }
+
+  void Finish(Outcome o, bool /*live*/) {
+    Say("{}: {}{}{}", o.vm, o.result, o.detail.empty() ? "" : ": ", o.detail);
+    std::erase_if(done_, [&](const Outcome& x) { return x.vm == o.vm; });
+    done_.push_back(std::move(o));
+  }
+
+  int Summary(int base) {
+    int rc = base;
+    Json vms = Json::array();
+    FILE* table = f_.json ? stderr : stdout;  // with --json, stdout holds the JSON alone
+    Print(table, "{:<14} {:<18} {:<8} {:<10} {:>10} {:>10}\n", "vm", "action", "target", "outcome", "pred. stun",
+          "stun");
+    for (const auto& o : done_) {
+      if (o.result == "in-doubt") rc = 3;
+      if (rc == 0 && o.result != "completed") rc = 1;
+      Print(table, "{:<14} {:<18} {:<8} {:<10} {:>10} {:>10}\n", o.vm, o.action, o.target.empty() ? "-" : o.target, o.result,
+            o.predicted_stun_ms >= 0 && o.action == "live-migrate" ? fmt::format("{} ms", o.predicted_stun_ms) : "-",
+            o.measured_stun_ms >= 0 ? fmt::format("{:.1f} ms", o.measured_stun_ms) : "-");
+      Json v = {{"vm", o.vm}, {"action", o.action}, {"target", o.target}, {"outcome", o.result}, {"detail", o.detail}};
+      if (o.predicted_stun_ms >= 0) v["predicted_stun_ms"] = o.predicted_stun_ms;
+      if (o.measured_stun_ms >= 0) v["stun_ms"] = o.measured_stun_ms;
+      vms.push_back(v);
+    }
+    if (f_.json) {
+      Json out = {{"evacuation", f_.id}, {"host", f_.host}, {"exit_code", rc}, {"vms", vms}};
+      Print("{}\n", out.dump(-1, ' ', false, Json::error_handler_t::replace));
+    }
+    return rc;
+  }
+
+  const EvacuateFlags& f_;
+  Fleet fleet_;
+  std::unique_ptr<EvacuationStore> store_;
+  const std::atomic<bool>& cancel_;
+  std::string controller_;
+  std::deque<planner::PlannedAction> pending_;
+  std::vector<Running> running_;
+  std::vector<Outcome> done_;
+  std::map<std::string, uint32_t> attempts_;
+  std::map<std::string, double> stun_;
+  std::string replan_after_start_;
+  std::chrono::milliseconds poll_{200}, agent_timeout_{20000};
+
+ public:
+  void SetTimes(std::chrono::milliseconds poll, std::chrono::milliseconds agent_timeout) {
+    poll_ = poll;
+    agent_timeout_ = agent_timeout;
+  }
+};
+
+}  // namespace
+
+CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
+  auto* c = app.add_subcommand(
+      "evacuate",
+      "Evacuate one host through the hosts' agents: run a plan (--plan, or made now from --inventory and --host), "
+      "journal every step in a state store, reserve each target slot, re-plan the VMs left when an action fails, "
+      "and continue from the journal when started again with the same --id.");
+  c->add_option("--inventory", f.inventory,
+                "The fleet (PLANNER.md inventory; every host's \"agent\" ADDR:PORT): the VMs themselves are read "
+                "from the agents")
+      ->required();
+  c->add_option("--host", f.host, "The host to evacuate")->required();
+  c->add_option("--plan", f.plan, "A plan from `gpumigrate plan --json` (else one is made now and confirmed)");
+  c->add_option("--store", f.store, "The state store: a directory on this machine (one controller or several here)");
+  c->add_option("--etcd", f.etcd, "The state store: etcd at http://HOST:PORT (controllers on several machines)");
+  c->add_option("--etcd-prefix", f.etcd_prefix, "Every key under this prefix")->capture_default_str();
+  c->add_option("--id", f.id, "This evacuation's name in the store (default evacuate-HOST); the same --id continues it");
+  c->add_option("--poll", f.poll, "How often to ask the agents how their jobs go")->capture_default_str();
+  c->add_option("--agent-timeout", f.agent_timeout, "How long one request to an agent may take")->capture_default_str();
+  c->add_option("--bandwidth", f.bandwidth, "Cap every migration's sending rate (emulate a slower link), e.g. 1Gbit");
+  c->add_option("--resume-window", f.resume_window,
+                "How long each migration waits for a broken connection to come back before it rolls back (migrate's "
+                "--resume-window; its default when not given)");
+  c->add_flag("--yes", f.yes, "Do not ask for confirmation of a plan made now");
+  c->add_flag("--allow-power-off", f.allow_power_off, "Let the plan power off VMs that cannot move (an operator does it)");
+  c->add_flag("--json", f.json, "Print the outcome as one JSON object on stdout");
+  AddAgentTlsFlags(c, f.tls);
+  return c;
+}
+
+int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
+  EvacuateFlags f = flags;
+  if (f.id.empty()) f.id = "evacuate-" + f.host;
+  if (f.store.empty() == f.etcd.empty()) {
+    Print(stderr, "gpumigrate evacuate: name one state store: --store DIR or --etcd http://HOST:PORT\n");
+    return 2;
+  }
+  auto poll = ParseDuration(f.poll);
+  auto at = ParseDuration(f.agent_timeout);
+  if (!poll.ok() || !at.ok()) {
+    Print(stderr, "gpumigrate evacuate: {}\n", (!poll.ok() ? poll.status() : at.status()).message());
+    return 2;
+  }
+  std::string text, error;
+  if (!ReadWholeFile(f.inventory, &text, &error)) {
+    Print(stderr, "gpumigrate evacuate: --inventory {}\n", error);
+    return 2;
+  }
+  auto fleet = Fleet::Open(text, f.tls, std::chrono::duration_cast<std::chrono::milliseconds>(*at));
+  if (!fleet.ok()) {
+    Print(stderr, "gpumigrate evacuate: {}: {}\n", f.inventory, fleet.status().message());
+    return 2;
+  }
+  if (!fleet->HasHost(f.host)) {
+    Print(stderr, "gpumigrate evacuate: --host {} is not in {}\n", f.host, f.inventory);
+    return 2;
+  }
+  auto store = f.store.empty() ? OpenEtcdStore(f.etcd, f.etcd_prefix) : OpenFileStore(f.store);
+  if (!store.ok()) {
+    Print(stderr, "gpumigrate evacuate: state store: {}\n", store.status().message());
+    return 2;
+  }
+  std::optional<planner::Plan> given;
+  if (!f.plan.empty()) {
+    std::string plan_text;
+    if (!ReadWholeFile(f.plan, &plan_text, &error)) {
+      Print(stderr, "gpumigrate evacuate: --plan {}\n", error);
+      return 2;
+    }
+    auto p = ParsePlanJson(plan_text, f.host);
+    if (!p.ok()) {
+      Print(stderr, "gpumigrate evacuate: {}: {}\n", f.plan, p.status().message());
+      return 2;
+    }
+    given = *p;
+  } else if (!f.yes) {
+    // A plan made now is shown and confirmed first; nothing moves before.
+    if (Status st = fleet->Refresh({}, f.host); !st.ok()) {
+      Print(stderr, "gpumigrate evacuate: {}\n", st.message());
+      return 2;
+    }
+    auto p = fleet->PlanFor(f.host, f.allow_power_off);
+    if (!p.ok()) {
+      Print(stderr, "gpumigrate evacuate: {}\n", p.status().message());
+      return 2;
+    }
+    PrintPlan(stdout, *p);
+    if (!p->feasible) {
+      Print(stderr, "gpumigrate evacuate: the plan is not feasible ({}); nothing was moved\n", p->reason);
+      return 1;
+    }
+    Print(stderr, "Evacuate {} as planned above? [y/N] ", f.host);
+    std::string answer;
+    if (!isatty(STDIN_FILENO) || !std::getline(std::cin, answer) || (answer != "y" && answer != "yes")) {
+      Print(stderr, "\ngpumigrate evacuate: not confirmed (--yes confirms without asking); nothing was moved\n");
+      return 1;
+    }
+    given = *p;
+  }
+  Evacuation e(f, std::move(*fleet), std::move(*store), cancel);
+  e.SetTimes(std::chrono::duration_cast<std::chrono::milliseconds>(*poll),
+             std::chrono::duration_cast<std::chrono::milliseconds>(*at));
+  return e.Run(given);
+}
+
+}  // namespace gpumigrate::cli

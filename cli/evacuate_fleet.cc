@@ -1,0 +1,237 @@
+#include "cli/evacuate_fleet.h"
+
+#include <fmt/format.h>
+
+#include "cli/agent_client.h"
+#include "engine/planner/gpu_models.h"
+
+namespace gpumigrate::cli {
+
+using agent::Json;
+
+std::string ReplicaName(const std::string& vm) { return vm + "-replica"; }
+
+Result<Fleet> Fleet::Open(const std::string& text, const AgentTls& tls, std::chrono::milliseconds timeout) {
+  Fleet f;
+  f.file_ = Json::parse(text, nullptr, false);
+  if (f.file_.is_discarded() || !f.file_.is_object()) return InvalidArgument("not a JSON object");
+  auto inv = planner::ParseInventory(text);  // the planner's own checks, keys named
+  if (!inv.ok()) return inv.status();
+  f.inv_ = std::move(*inv);
+  f.live_ = f.file_;
+  f.tls_ = tls;
+  f.timeout_ = timeout;
+  for (const auto& h : f.inv_.hosts) {
+    if (h.agent.empty()) return InvalidArgument(fmt::format("host {} has no \"agent\" (ADDR:PORT)", h.name));
+  }
+  return f;
+}
+
+bool Fleet::HasHost(const std::string& host) const { return inv_.FindHost(host) != nullptr; }
+
+std::string Fleet::Agent(const std::string& host) const {
+  const planner::Host* h = inv_.FindHost(host);
+  return h ? h->agent : "";
+}
+
+int Fleet::MaxMigrations(const std::string& host) const {
+  const planner::Host* h = inv_.FindHost(host);
+  return h ? static_cast<int>(h->max_migrations) : 1;
+}
+
+bool Fleet::Reachable(const std::string& host) {
+  auto r = CallAgent(Agent(host), tls_, {{"op", "inventory"}}, timeout_);
+  return r.ok();
+}
+
+Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating) {
+  Json vms = Json::array();
+  std::map<std::string, Json> from_file;
+  for (const auto& v : file_["vms"]) from_file[v.value("name", "")] = v;
+  entries_.clear();
+  for (auto& h : live_["hosts"]) {
+    const std::string name = h["name"];
+    auto r = unreachable_.count(name) ? Result<Json>(Unavailable("unreachable before"))
+                                      : CallAgent(h["agent"].get<std::string>(), tls_, {{"op", "inventory"}}, timeout_);
+    if (!r.ok() || !(*r).value("ok", false)) {
+      if (name == evacuating) {
+        return Unavailable(fmt::format("the agent of {} ({}) does not answer: {}", name, h["agent"].get<std::string>(),
+                                       r.ok() ? r->value("error", "") : std::string(r.status().message())));
+      }
+      unreachable_.insert(name);
+      h["maintenance"] = true;  // no target: nothing can be sent there
+      for (const auto& v : file_["vms"]) {
+        if (v.value("host", "") == name) vms.push_back(v);
+      }
+      continue;
+    }
+    h["maintenance"] = (*r)["host"].value("maintenance", false);
+    for (const auto& v : (*r)["vms"]) {
+      Json e = v;
+      entries_[e["name"]] = e;
+      e.erase("device");
+      e.erase("receive_device");
+      e.erase("held");
+      const auto f = from_file.find(e["name"]);
+      if (f != from_file.end()) {  // what the file knows and the agent does not: its estimate, max stun
+        for (const char* k : {"estimate", "max_stun"}) {
+          if (!e.contains(k) && f->second.contains(k)) e[k] = f->second[k];
+        }
+      }
+      vms.push_back(e);
+    }
+  }
+  for (const auto& m : in_flight) {  // a VM on its way occupies its target slot already
+    if (m.to.gpus.empty()) continue;
+    auto it = entries_.find(m.vm);
+    if (it == entries_.end()) continue;
+    Json e = it->second;
+    e.erase("device");
+    e.erase("receive_device");
+    e.erase("held");
+    e["name"] = (m.replica ? ReplicaName(m.vm) : m.vm) + "@in-flight";
+    e["host"] = m.to.host;
+    e["gpus"] = m.to.gpus;
+    if (m.to.placement) {
+      e["placement"] = *m.to.placement;
+    } else {
+      e.erase("placement");
+    }
+    vms.push_back(e);
+  }
+  for (auto& e : vms) {
+    const std::string name = e.value("name", "");
+    if (!stun_too_long_.count(name)) continue;
+    const planner::Host* h = inv_.FindHost(e.value("host", ""));
+    const int64_t too_long = 2 * MaxStunMs(name) + 1;
+    e["estimate"] = {{"link", h ? h->link_text : "1Gbit"}, {"predicted_stun_ms", too_long},
+                     {"predicted_total_ms", too_long}};
+  }
+  live_["vms"] = vms;
+  auto inv = planner::ParseInventory(live_.dump(-1, ' ', false, Json::error_handler_t::replace));
+  if (!inv.ok()) return Internal(fmt::format("the fleet as the agents report it: {}", inv.status().message()));
+  inv_ = std::move(*inv);
+  return Status::Ok();
+}
+
+Result<planner::Plan> Fleet::PlanFor(const std::string& host, bool allow_power_off) const {
+  planner::PlanOptions o;
+  o.evacuate = host;
+  o.allow_power_off = allow_power_off;
+  return planner::MakePlan(inv_, o);
+}
+
+Json Fleet::Record(const std::string& vm) const {
+  auto it = entries_.find(vm);
+  if (it == entries_.end()) return Json::object();
+  Json e = it->second;
+  Json r = {{"name", vm}, {"device", e.value("device", "")}};
+  if (e.contains("receive_device")) r["receive_device"] = e["receive_device"];
+  for (const char* k : {"device", "receive_device", "held", "host"}) e.erase(k);
+  r["inventory"] = e;
+  return r;
+}
+
+int64_t Fleet::MaxStunMs(const std::string& vm) const {
+  for (const auto& v : inv_.vms) {
+    if (v.name == vm && v.max_stun) return std::chrono::duration_cast<std::chrono::milliseconds>(*v.max_stun).count();
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(inv_.policy.max_stun).count();
+}
+
+std::vector<std::string> Fleet::Units(const std::string& vm, const planner::Target& to) const {
+  std::vector<std::string> units;
+  const planner::Vm* v = nullptr;
+  for (const auto& x : inv_.vms) {
+    if (x.name == vm) v = &x;
+  }
+  const planner::Host* h = inv_.FindHost(to.host);
+  if (v == nullptr || h == nullptr) return {fmt::format("{}/vm/{}", to.host, vm)};
+  for (uint32_t g : to.gpus) {
+    const planner::Gpu* gpu = nullptr;
+    for (const auto& x : h->gpus) {
+      if (x.index == g) gpu = &x;
+    }
+    if (gpu == nullptr) continue;
+    if (gpu->mode == planner::GpuMode::kMig) {
+      const planner::GpuModel* model = planner::FindGpuModel(gpu->model);
+      const planner::MigProfile* p = model ? model->FindMigProfile(v->profile) : nullptr;
+      const uint32_t start = to.placement.value_or(0);
+      for (uint32_t s = start; p && s < start + p->slices; ++s) units.push_back(fmt::format("{}/gpu{}/slice{}", to.host, g, s));
+    } else if (gpu->mode == planner::GpuMode::kPassthrough) {
+      units.push_back(fmt::format("{}/gpu{}", to.host, g));
+    } else {  // vGPU: equal slots, the next free one as this fleet stands
+      uint32_t used = 0;
+      for (const auto& x : inv_.vms) {
+        if (x.host == to.host && x.name != vm && std::find(x.gpus.begin(), x.gpus.end(), g) != x.gpus.end()) ++used;
+      }
+      units.push_back(fmt::format("{}/gpu{}/vgpu{}", to.host, g, used));
+    }
+  }
+  return units;
+}
+
+bool Fleet::On(const std::string& vm, const std::string& host) const {
+  auto it = entries_.find(vm);
+  return it != entries_.end() && it->second.value("host", "") == host;
+}
+
+bool Fleet::Held(const std::string& vm) const {
+  auto it = entries_.find(vm);
+  return it != entries_.end() && it->second.contains("held");
+}
+
+std::string Fleet::HeldWhy(const std::string& vm) const {
+  auto it = entries_.find(vm);
+  return it != entries_.end() ? it->second.value("held", "") : "";
+}
+
+Result<planner::Plan> ParsePlanJson(const std::string& text, const std::string& host) {
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return InvalidArgument("the plan is not a JSON object");
+  try {
+    planner::Plan p;
+    p.host = j.at("host").get<std::string>();
+    if (p.host != host) return InvalidArgument(fmt::format("the plan evacuates {}, not --host {}", p.host, host));
+    p.feasible = j.at("feasible").get<bool>();
+    p.reason = j.value("reason", "");
+    p.total_ms = j.value("total_ms", int64_t{0});
+    p.batched_total_ms = j.value("batched_total_ms", int64_t{0});
+    size_t i = 0;
+    for (const auto& a : j.at("actions")) {
+      planner::PlannedAction pa;
+      pa.vm = a.at("vm").get<std::string>();
+      const std::string name = a.at("action").get<std::string>();
+      bool known = false;
+      for (auto kind : {planner::Action::kLiveMigrate, planner::Action::kDrainAndReplace, planner::Action::kPowerOff,
+                        planner::Action::kBlocked}) {
+        if (planner::ActionName(kind) == name) {
+          pa.action = kind;
+          known = true;
+        }
+      }
+      if (!known) return InvalidArgument(fmt::format("actions[{}].action: unknown action '{}'", i, name));
+      if (a.contains("to") && !a["to"].is_null()) {
+        planner::Target t;
+        t.host = a["to"].at("host").get<std::string>();
+        t.gpus = a["to"].at("gpus").get<std::vector<uint32_t>>();
+        if (a["to"].contains("placement") && !a["to"]["placement"].is_null()) t.placement = a["to"]["placement"].get<uint32_t>();
+        pa.to = t;
+      } else if (pa.action == planner::Action::kLiveMigrate || pa.action == planner::Action::kDrainAndReplace) {
+        return InvalidArgument(fmt::format("actions[{}].to: missing for {}", i, name));
+      }
+      pa.predicted_stun_ms = a.value("predicted_stun_ms", int64_t{0});
+      pa.start_ms = a.value("start_ms", int64_t{0});
+      pa.end_ms = a.value("end_ms", int64_t{0});
+      pa.reason = a.value("reason", "");
+      pa.link_alone = a.value("link_alone", false);
+      p.actions.push_back(pa);
+      ++i;
+    }
+    return p;
+  } catch (const Json::exception& e) {
+    return InvalidArgument(fmt::format("the plan has a missing key or one of the wrong type: {}", e.what()));
+  }
+}
+
+}  // namespace gpumigrate::cli

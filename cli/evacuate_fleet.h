@@ -1,0 +1,67 @@
+// What `gpumigrate evacuate` knows of the fleet: the inventory file (hosts,
+// agents, groups, policy, estimates) with each host's VMs as its agent reports
+// them now, the VMs in flight counted at their targets, and what the
+// evacuation has learned (agents gone, migrations that would exceed max stun).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "cli/agent_command.h"
+#include "gpumigrate/agent.h"
+#include "gpumigrate/planner.h"
+#include "gpumigrate/status.h"
+
+namespace gpumigrate::cli {
+
+// A VM being moved: it occupies its target slot already.
+struct InFlight {
+  std::string vm, source;
+  planner::Target to;
+  bool replica = false;
+};
+
+// The name a replacement replica gets on its new host.
+std::string ReplicaName(const std::string& vm);
+
+class Fleet {
+ public:
+  static Result<Fleet> Open(const std::string& inventory_text, const AgentTls& tls, std::chrono::milliseconds timeout);
+  bool HasHost(const std::string& host) const;
+  // Asks every agent for its VMs; an agent that does not answer makes its host
+  // no target (and is an error for `evacuating`, whose VMs must be known).
+  Status Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating = "");
+  Result<planner::Plan> PlanFor(const std::string& host, bool allow_power_off) const;
+
+  std::string Agent(const std::string& host) const;
+  int MaxMigrations(const std::string& host) const;
+  // The agent record of a VM for receive / start-replica: name, device, inventory.
+  agent::Json Record(const std::string& vm) const;
+  // The capacity units a VM takes at `to` (the store's reservation units).
+  std::vector<std::string> Units(const std::string& vm, const planner::Target& to) const;
+  int64_t MaxStunMs(const std::string& vm) const;
+  bool On(const std::string& vm, const std::string& host) const;
+  bool Held(const std::string& vm) const;
+  std::string HeldWhy(const std::string& vm) const;
+  void MarkUnreachable(const std::string& host) { unreachable_.insert(host); }
+  bool Reachable(const std::string& host);
+  // A migration of `vm` was aborted for its stun: it is not live-migrated again.
+  void LearnStunTooLong(const std::string& vm) { stun_too_long_.insert(vm); }
+
+ private:
+  agent::Json file_;
+  agent::Json live_;
+  planner::Inventory inv_;
+  std::map<std::string, agent::Json> entries_;  // vm -> its agent's entry (host, device, held)
+  std::set<std::string> unreachable_, stun_too_long_;
+  AgentTls tls_;
+  std::chrono::milliseconds timeout_{20000};
+};
+
+// `gpumigrate plan --json` output for `host`, back into a Plan.
+Result<planner::Plan> ParsePlanJson(const std::string& text, const std::string& host);
+
+}  // namespace gpumigrate::cli
