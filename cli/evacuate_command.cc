@@ -58,8 +58,13 @@ class Evacuation {
     // What an earlier controller of this evacuation left.
     auto journal = store_->Journal(f_.id);
     if (!journal.ok()) return Fail(journal.status());
+    if (Status st = fleet_.Refresh({}, f_.host); !st.ok()) return Fail(st);
     for (const auto& s : SummarizeJournal(*journal)) {
-      if (s.finished()) {
+      if (s.finished() && fleet_.On(s.vm, f_.host)) {
+        // Moved away by this evacuation once and back on the host since (the
+        // same --id reused, as maintenance-mode does): planned anew.
+        Say("{}: completed earlier, and back on {} since: planned anew", s.vm, f_.host);
+      } else if (s.finished()) {
         Finish({s.vm, s.action, s.target, "completed", "completed earlier (journal)"}, false);
       } else if (s.needs_operator()) {
         Finish({s.vm, s.action, s.target, "in-doubt", "in doubt earlier (journal): an operator resolves it"}, false);
@@ -608,6 +613,9 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
   c->add_option("--resume-window", f.resume_window,
                 "How long each migration waits for a broken connection to come back before it rolls back (migrate's "
                 "--resume-window; its default when not given)");
+  c->add_flag("--dry-run", f.dry_run,
+              "Only print the plan made from what the agents report now (with --json: PLANNER.md's plan JSON); "
+              "exit 0 when it is feasible, 1 when not; nothing moves");
   c->add_flag("--yes", f.yes, "Do not ask for confirmation of a plan made now");
   c->add_flag("--allow-power-off", f.allow_power_off, "Let the plan power off VMs that cannot move (an operator does it)");
   c->add_flag("--json", f.json, "Print the outcome as one JSON object on stdout");
@@ -618,7 +626,7 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
 int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
   EvacuateFlags f = flags;
   if (f.id.empty()) f.id = "evacuate-" + f.host;
-  if (f.store.empty() == f.etcd.empty()) {
+  if (!f.dry_run && f.store.empty() == f.etcd.empty()) {
     Print(stderr, "gpumigrate evacuate: name one state store: --store DIR or --etcd http://HOST:PORT\n");
     return 2;
   }
@@ -641,6 +649,23 @@ int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
   if (!fleet->HasHost(f.host)) {
     Print(stderr, "gpumigrate evacuate: --host {} is not in {}\n", f.host, f.inventory);
     return 2;
+  }
+  if (f.dry_run) {  // the plan from what the agents report now, and nothing else
+    if (Status st = fleet->Refresh({}, f.host); !st.ok()) {
+      Print(stderr, "gpumigrate evacuate: {}\n", st.message());
+      return 2;
+    }
+    auto p = fleet->PlanFor(f.host, f.allow_power_off);
+    if (!p.ok()) {
+      Print(stderr, "gpumigrate evacuate: {}\n", p.status().message());
+      return 2;
+    }
+    if (f.json) {
+      Print("{}\n", planner::PlanToJson(*p));
+    } else {
+      PrintPlan(stdout, *p);
+    }
+    return p->feasible ? 0 : 1;
   }
   auto store = f.store.empty() ? OpenEtcdStore(f.etcd, f.etcd_prefix) : OpenFileStore(f.store);
   if (!store.ok()) {

@@ -33,6 +33,7 @@ struct EvacuateFlags {
   std::string bandwidth;
   std::string resume_window;  // passed to every migrate (a slower link, for demos and tests)
   bool yes = false;
+  bool dry_run = false;
   bool json = false;
   bool allow_power_off = false;
   AgentTls tls;

@@ -7,7 +7,9 @@
 # migrate job each), every migrated VM verified at its target, the replica
 # group's replacement started before its old replica drained; then a target
 # agent killed mid-migration: that VM stays running on its source and is
-# re-planned onto the other target.
+# re-planned onto the other target; then scripts/maintenance-mode on that
+# fleet: status, enter --dry-run (nothing changes), enter (empty, in
+# maintenance), exit, and an enter refused (nowhere to go) changing nothing.
 # Usage: evacuate_test.sh gpumigrate
 set -uo pipefail
 bin=$1
@@ -196,5 +198,56 @@ second=$(grep -o "llm-9: live-migrate to gpu-. started" "$tmp/evacd.err" | sed -
 [ -n "$second" ] && [ "$second" != "$first" ] && echo "ok: llm-9 went to $second after $first died" || {
   echo "FAIL: second target '$second' (first $first)"; tail -20 "$tmp/evacd.err"; fail=1; }
 [ -z "$(vms_on "$port_gpu_d")" ] && echo "ok: gpu-d is empty" || { echo "FAIL: gpu-d holds $(vms_on "$port_gpu_d")"; fail=1; }
+
+# 5. scripts/maintenance-mode on the same fleet (one agent now dead): on the
+# host llm-9 went to. --dry-run changes nothing; enter empties it into
+# maintenance; status says so; exit returns it; an infeasible enter refuses.
+mm() { GPUMIGRATE=$bin timeout 240 "$here/../../scripts/maintenance-mode" "$@" --inventory "$tmp/inventory.json" "${tls[@]}"; }
+mhost=$second
+mport_var=port_${mhost//-/_}
+mport=${!mport_var}
+before=$(vms_on "$mport")
+mm status "$mhost" >"$tmp/mm.out" 2>&1; check "status of a host in the pool" 1 $?
+contains "status names its state" "$tmp/mm.out" "$mhost: in the pool"
+mm enter "$mhost" --dry-run >"$tmp/mm.out" 2>&1; check "enter --dry-run of a feasible evacuation" 0 $?
+contains "it prints the plan" "$tmp/mm.out" "live-migrate"
+[ "$(vms_on "$mport")" = "$before" ] && echo "ok: --dry-run moved nothing" || { echo "FAIL: --dry-run moved VMs"; fail=1; }
+call "$mport" inventory
+json_check "$tmp/reply.json" 'r["host"]["maintenance"] is False' "--dry-run left it in the pool"
+mm enter "$mhost" --store "$tmp/store" --bandwidth 20MB/s >"$tmp/mm.out" 2>&1; rc=$?
+check "enter evacuates the host into maintenance" 0 $rc
+[ $rc != 0 ] && tail -20 "$tmp/mm.out"
+mm status "$mhost" >"$tmp/mm.out" 2>&1; check "status: in maintenance and empty" 0 $?
+contains "saying so" "$tmp/mm.out" "$mhost: in maintenance, 0 VMs"
+mm exit "$mhost" >"$tmp/mm.out" 2>&1; check "exit returns the host to the pool" 0 $?
+call "$mport" inventory
+json_check "$tmp/reply.json" 'r["host"]["maintenance"] is False' "it takes VMs again"
+# An occupied host whose VMs can go nowhere (every other live host in
+# maintenance): enter refuses and changes nothing.
+live=()
+for h in gpu-a gpu-b gpu-c gpu-d; do
+  [ "$h" != "$first" ] && live+=("$h")
+done
+ohost=""
+for h in "${live[@]}"; do
+  v=port_${h//-/_}
+  [ -z "$ohost" ] && [ -n "$(vms_on "${!v}")" ] && ohost=$h
+done
+v=port_${ohost//-/_}
+oport=${!v}
+for h in "${live[@]}"; do
+  v=port_${h//-/_}
+  [ "$h" != "$ohost" ] && call "${!v}" maintenance '{"enter": true}'
+done
+if [ -n "$(vms_on "$oport")" ]; then
+  before=$(vms_on "$oport")
+  mm enter "$ohost" --store "$tmp/store" >"$tmp/mm.out" 2>&1; check "an infeasible enter is refused" 1 $?
+  contains "saying nothing was changed" "$tmp/mm.out" "nothing was changed"
+  call "$oport" inventory
+  json_check "$tmp/reply.json" 'r["host"]["maintenance"] is False' "the refused host is still in the pool"
+  [ "$(vms_on "$oport")" = "$before" ] && echo "ok: nothing moved" || { echo "FAIL: VMs moved"; fail=1; }
+else
+  echo "FAIL: $ohost holds no VM to test an infeasible enter with"; fail=1
+fi
 
 exit $fail
