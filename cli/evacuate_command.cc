@@ -59,6 +59,21 @@ class Evacuation {
     auto journal = store_->Journal(f_.id);
     if (!journal.ok()) return Fail(journal.status());
     if (Status st = fleet_.Refresh({}, f_.host); !st.ok()) return Fail(st);
+    std::map<std::string, planner::Target> started_at;  // each VM's last kStarted target
+    for (const auto& e : *journal) {
+      const size_t at = e.detail.find("; target {");
+      if (e.phase != JournalPhase::kStarted || at == std::string::npos) continue;
+      Json t = Json::parse(e.detail.substr(at + 9), nullptr, false);
+      if (t.is_object() && t.contains("host") && t["host"].is_string() && t.contains("gpus") && t["gpus"].is_array()) {
+        planner::Target target;
+        target.host = t["host"];
+        for (const auto& g : t["gpus"]) {
+          if (g.is_number_unsigned()) target.gpus.push_back(g.get<uint32_t>());
+        }
+        if (t.contains("placement") && t["placement"].is_number_unsigned()) target.placement = t["placement"].get<uint32_t>();
+        started_at[e.vm] = target;
+      }
+    }
     for (const auto& s : SummarizeJournal(*journal)) {
       if (s.finished() && fleet_.On(s.vm, f_.host)) {
         // Moved away by this evacuation once and back on the host since (the
@@ -69,7 +84,9 @@ class Evacuation {
       } else if (s.needs_operator()) {
         Finish({s.vm, s.action, s.target, "in-doubt", "in doubt earlier (journal): an operator resolves it"}, false);
       } else if (s.unresolved()) {
-        if (Status st = Resolve(s); !st.ok()) return Fail(st);
+        if (Status st = Resolve(s, started_at.count(s.vm) ? started_at[s.vm] : planner::Target{}); !st.ok()) {
+          return Fail(st);
+        }
       }
       attempts_[s.vm] = s.attempts;
     }
@@ -94,6 +111,7 @@ class Evacuation {
     }
     Take(plan, "");
     Loop();
+    AccountForTheRest();
     return Summary(0);
   }
 
@@ -152,10 +170,6 @@ class Evacuation {
       (void)Journal(a.vm, std::string(planner::ActionName(a.action)), JournalPhase::kPlanned, target, a.reason);
       if (a.action == planner::Action::kBlocked) {
         Finish({a.vm, "blocked", "", "blocked", a.reason, a.predicted_stun_ms}, false);
-      } else if (a.action == planner::Action::kPowerOff) {
-        Finish({a.vm, "power-off", "", "left", "power-off is for an operator: gpumigrate does not power VMs off",
-                a.predicted_stun_ms},
-               false);
       } else if (fleet_.Held(a.vm)) {
         Finish({a.vm, std::string(planner::ActionName(a.action)), target, "in-doubt",
                 "held on its host: " + fleet_.HeldWhy(a.vm)},
@@ -168,6 +182,14 @@ class Evacuation {
       Say("  {:<14} {:<18} -> {:<8} predicted stun {}", a.vm, planner::ActionName(a.action), a.to ? a.to->host : "-",
           a.action == planner::Action::kLiveMigrate ? fmt::format("{:.2f} s", a.predicted_stun_ms / 1000.0) : "-");
     }
+  }
+
+  // A migration that needs its link alone is running on one of these hosts.
+  bool AloneRunning(const std::string& a, const std::string& b) const {
+    for (const auto& r : running_) {
+      if (r.a.link_alone && (r.source == a || r.target == a || r.source == b || r.target == b)) return true;
+    }
+    return false;
   }
 
   int Busy(const std::string& host) const {
@@ -210,9 +232,21 @@ class Evacuation {
   void StartWhatFits() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       const planner::PlannedAction& a = *it;
-      const std::string& tgt = a.to->host;
+      const std::string tgt = a.to ? a.to->host : "";
+      if (a.action == planner::Action::kPowerOff) {  // last, once everything else has moved
+        bool others = !running_.empty();
+        for (const auto& b : pending_) others |= b.action != planner::Action::kPowerOff;
+        if (others) {
+          ++it;
+          continue;
+        }
+      }
       const bool live = a.action == planner::Action::kLiveMigrate;
-      const bool alone_ok = !a.link_alone || (Busy(f_.host) == 0 && Busy(tgt) == 0);
+      const bool alone_ok = (!a.link_alone || (Busy(f_.host) == 0 && Busy(tgt) == 0)) && !AloneRunning(f_.host, tgt);
+      if (auto nb = not_before_.find(a.vm); nb != not_before_.end() && Clock::now() < nb->second) {
+        ++it;
+        continue;
+      }
       if (live && (Busy(f_.host) >= fleet_.MaxMigrations(f_.host) || Busy(tgt) >= fleet_.MaxMigrations(tgt) ||
                    !alone_ok)) {
         ++it;
@@ -224,7 +258,15 @@ class Evacuation {
     }
   }
 
+  // A refusal that says "not now" (the target's own limit, a receive of this VM
+  // still listening from an earlier try): the action waits and is tried again,
+  // not counted as a failure.
+  static bool NotNow(const std::string& error) {
+    return error.find("busy:") != std::string::npos || error.find("is already in job") != std::string::npos;
+  }
+
   void Start(const planner::PlannedAction& a) {
+    if (a.action == planner::Action::kPowerOff) return StartPowerOff(a);
     Running r;
     r.a = a;
     r.source = f_.host;
@@ -234,7 +276,7 @@ class Evacuation {
     want.evacuation = f_.id;
     want.vm = a.vm;
     want.host = r.target;
-    want.units = fleet_.Units(a.vm, *a.to);
+    want.units = fleet_.Units(a.vm, *a.to, OwnUnits());
     auto res = store_->Reserve(want);
     if (!res.ok()) {
       (void)Journal(a.vm, action, JournalPhase::kFailed, r.target, std::string(res.status().message()));
@@ -243,14 +285,17 @@ class Evacuation {
       return;
     }
     r.reservation = res->id;
-    ++attempts_[a.vm];
-    if (Status st = Journal(a.vm, action, JournalPhase::kStarted, r.target, "attempt " + std::to_string(attempts_[a.vm]));
-        !st.ok()) {
-      (void)store_->Release(r.reservation);
-      Finish({a.vm, action, r.target, "failed", "journal: " + std::string(st.message()), a.predicted_stun_ms}, true);
-      return;
-    }
+    // The point after which the VM may move is journaled (with the whole target,
+    // for a restarted controller) just before the request that can move it.
+    Json target = {{"host", r.target}, {"gpus", a.to->gpus}};
+    if (a.to->placement) target["placement"] = *a.to->placement;
+    auto started = [&]() {
+      ++attempts_[a.vm];
+      return Journal(a.vm, action, JournalPhase::kStarted, r.target,
+                     fmt::format("attempt {}; target {}", attempts_[a.vm], target.dump()));
+    };
     std::string err;
+    bool wait = false;
     if (a.action == planner::Action::kLiveMigrate) {
       Json req = {{"vm", fleet_.Record(a.vm)}, {"gpus", a.to->gpus}, {"accept_timeout", "30s"}};
       if (a.to->placement) req["placement"] = *a.to->placement;
@@ -258,24 +303,35 @@ class Evacuation {
       if (!rec.ok()) {
         err = fmt::format("target agent {} unreachable: {}", r.target, rec.status().message());
         fleet_.MarkUnreachable(r.target);
-      } else if (!(*rec)["ok"].get<bool>()) {
+      } else if (!rec->value("ok", false)) {
         err = fmt::format("{} refused to receive: {}", r.target, rec->value("error", ""));
+        wait = NotNow(err);
+      } else if (Status st = started(); !st.ok()) {
+        err = "journal: " + std::string(st.message());
       } else {
-        r.dst_job = (*rec)["job"].get<int64_t>();
-        std::string addr = (*rec)["address"].get<std::string>();
+        r.dst_job = rec->value("job", int64_t{0});
+        std::string addr = rec->value("address", "");
         if (addr.find(':') != std::string::npos) addr = "[" + addr + "]";
         Json m = {{"vm", a.vm},
-                  {"to", fmt::format("{}:{}", addr, (*rec)["port"].get<int>())},
+                  {"to", fmt::format("{}:{}", addr, rec->value("port", 0))},
                   {"options", {{"max_stun", fmt::format("{}ms", fleet_.MaxStunMs(a.vm))}}}};
         if (!f_.bandwidth.empty()) m["options"]["bandwidth"] = f_.bandwidth;
         if (!f_.resume_window.empty()) m["options"]["resume_window"] = f_.resume_window;
         auto mig = Ask(r.source, "migrate", m);
-        if (!mig.ok() || !(*mig)["ok"].get<bool>()) {
-          err = mig.ok() ? fmt::format("{} refused to migrate: {}", r.source, mig->value("error", ""))
-                         : std::string(mig.status().message());
-        } else {
-          r.src_job = (*mig)["job"].get<int64_t>();
+        if (mig.ok() && mig->value("ok", false)) {
+          r.src_job = mig->value("job", int64_t{0});
           r.phase = "migrate";
+        } else if (!mig.ok()) {
+          // No answer: the source may have started it. Ask before concluding.
+          const Json job = RunningJob(r.source, a.vm, "migrate");
+          if (!job.is_null()) {
+            r.src_job = job["id"].get<int64_t>();
+            r.phase = "migrate";
+          } else {
+            err = std::string(mig.status().message());
+          }
+        } else {
+          err = fmt::format("{} refused to migrate: {}", r.source, mig->value("error", ""));
         }
       }
     } else {
@@ -283,24 +339,81 @@ class Evacuation {
       rep["name"] = ReplicaName(a.vm);
       rep["inventory"]["gpus"] = a.to->gpus;
       if (a.to->placement) rep["inventory"]["placement"] = *a.to->placement;
-      auto st = Ask(r.target, "start-replica", {{"vm", rep}});
-      if (!st.ok() || !(*st)["ok"].get<bool>()) {
-        err = st.ok() ? fmt::format("{} refused to start a replica: {}", r.target, st->value("error", ""))
-                      : std::string(st.status().message());
-        if (!st.ok()) fleet_.MarkUnreachable(r.target);
+      if (Status st = started(); !st.ok()) {
+        err = "journal: " + std::string(st.message());
       } else {
-        r.dst_job = (*st)["job"].get<int64_t>();
-        r.phase = "replica";
+        auto st2 = Ask(r.target, "start-replica", {{"vm", rep}});
+        if (!st2.ok() || !st2->value("ok", false)) {
+          err = st2.ok() ? fmt::format("{} refused to start a replica: {}", r.target, st2->value("error", ""))
+                         : std::string(st2.status().message());
+          if (!st2.ok()) fleet_.MarkUnreachable(r.target);
+        } else {
+          r.dst_job = st2->value("job", int64_t{0});
+          r.phase = "replica";
+        }
       }
     }
     if (!err.empty()) {  // nothing moved: the VM runs where it was
-      (void)Journal(a.vm, action, JournalPhase::kFailed, r.target, err);
       (void)store_->Release(r.reservation);
+      if (wait) {
+        not_before_[a.vm] = Clock::now() + std::chrono::seconds(2);
+        pending_.push_back(a);
+        return;
+      }
+      (void)Journal(a.vm, action, JournalPhase::kFailed, r.target, err);
       Finish({a.vm, action, r.target, "failed", err, a.predicted_stun_ms}, true);
       replan_after_start_ = err;
       return;
     }
     Say("{}: {} to {} started", a.vm, action, r.target);
+    running_.push_back(std::move(r));
+  }
+
+  // The units this evacuation holds now (its own reservations).
+  std::set<std::string> OwnUnits() {
+    std::set<std::string> units;
+    auto all = store_->Reservations();
+    if (all.ok()) {
+      for (const auto& r : *all) {
+        if (r.evacuation == f_.id) units.insert(r.units.begin(), r.units.end());
+      }
+    }
+    return units;
+  }
+
+  // The running job of `kind` (any kind when empty) for `vm` on `host`, or null.
+  Json RunningJob(const std::string& host, const std::string& vm, const std::string& kind) {
+    auto st = Ask(host, "status", Json::object());
+    if (!st.ok() || !st->value("ok", false)) return nullptr;
+    Json found;
+    for (const auto& j : (*st)["jobs"]) {
+      if (j.value("state", "") == "running" && j.value("vm", "") == vm && (kind.empty() || j.value("kind", "") == kind)) {
+        found = j;
+      }
+    }
+    return found;
+  }
+
+  // The policy allows it and the plan chose it: the source agent's power_off
+  // hook, or, without one, left to an operator (reported, not failed).
+  void StartPowerOff(const planner::PlannedAction& a) {
+    Running r;
+    r.a = a;
+    r.source = f_.host;
+    if (Status st = Journal(a.vm, "power-off", JournalPhase::kStarted, "", "the source's power_off hook"); !st.ok()) {
+      Finish({a.vm, "power-off", "", "failed", "journal: " + std::string(st.message())}, true);
+      return;
+    }
+    auto p = Ask(r.source, "power-off", {{"vm", a.vm}});
+    if (!p.ok() || !p->value("ok", false)) {
+      const std::string d = p.ok() ? p->value("error", "") : std::string(p.status().message());
+      (void)Journal(a.vm, "power-off", JournalPhase::kFailed, "", d);
+      Finish({a.vm, "power-off", "", "left", d}, true);
+      return;
+    }
+    r.src_job = (*p)["job"].get<int64_t>();
+    r.phase = "power-off";
+    Say("{}: power-off started", a.vm);
     running_.push_back(std::move(r));
   }
 
@@ -311,8 +424,9 @@ class Evacuation {
 
   // The job's state on `host`, or "" when the agent did not answer.
   std::string JobState(const std::string& host, int64_t job, Json* out) {
+    if (job <= 0) return "";  // unknown: never "job 0", which the agent reads as every job
     auto r = Ask(host, "status", {{"job", job}});
-    if (!r.ok() || !(*r)["ok"].get<bool>() || (*r)["jobs"].empty()) return "";
+    if (!r.ok() || !r->value("ok", false) || (*r)["jobs"].empty()) return "";
     *out = (*r)["jobs"][0];
     return (*out)["state"].get<std::string>();
   }
@@ -323,8 +437,9 @@ class Evacuation {
     const std::string action(planner::ActionName(r.a.action));
     const auto now = Clock::now();
     const bool live = r.a.action == planner::Action::kLiveMigrate;
-    const std::string& host = (r.phase == "migrate" || r.phase == "drain") ? r.source : r.target;
-    const int64_t job = (r.phase == "migrate" || r.phase == "drain") ? r.src_job : r.dst_job;
+    const bool on_source = r.phase == "migrate" || r.phase == "drain" || r.phase == "power-off";
+    const std::string& host = on_source ? r.source : r.target;
+    const int64_t job = on_source ? r.src_job : r.dst_job;
     Json j;
     const std::string state = JobState(host, job, &j);
     if (state.empty()) {
@@ -353,6 +468,13 @@ class Evacuation {
       return false;
     }
     const std::string detail = j.value("detail", "");
+    if (r.phase == "power-off") {
+      const bool ok = state == "completed";
+      const std::string d = ok ? fmt::format("powered off by {}'s hook", r.source) : "the power_off hook failed: " + detail;
+      (void)Journal(r.a.vm, action, ok ? JournalPhase::kCompleted : JournalPhase::kFailed, "", d);
+      Finish({r.a.vm, action, "", ok ? "completed" : "left", d}, true);
+      return true;
+    }
     if (live && r.phase == "migrate") {
       if (state == "completed") {
         stun_[r.a.vm] = j.contains("report") ? j["report"].value("stun_ms", -1.0) : -1.0;
@@ -364,7 +486,8 @@ class Evacuation {
         (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, detail);
         (void)store_->Release(r.reservation);
         Finish({r.a.vm, action, r.target, "failed", detail, r.a.predicted_stun_ms}, true);
-        if (detail.find("stun") != std::string::npos) fleet_.LearnStunTooLong(r.a.vm);
+        const std::string error = j.contains("report") && j["report"].is_object() ? j["report"].value("error", "") : "";
+        if ((error + " " + detail).find("exceeds max stun") != std::string::npos) fleet_.LearnStunTooLong(r.a.vm);
         if (!fleet_.Reachable(r.target)) fleet_.MarkUnreachable(r.target);
         *replan_why = fmt::format("{} failed: {}", r.a.vm, detail);
         return true;
@@ -400,7 +523,7 @@ class Evacuation {
       }
       // The replacement serves: only now does the old one drain (min_serving kept).
       auto dr = Ask(r.source, "drain", {{"vm", r.a.vm}});
-      if (!dr.ok() || !(*dr)["ok"].get<bool>()) {
+      if (!dr.ok() || !dr->value("ok", false)) {
         const std::string d = fmt::format("replacement {} serves on {}, but the drain of {} was refused: {}",
                                           ReplicaName(r.a.vm), r.target, r.a.vm,
                                           dr.ok() ? dr->value("error", "") : std::string(dr.status().message()));
@@ -433,13 +556,8 @@ class Evacuation {
   // have exceeded its max stun no longer live-migrated). At most two new tries
   // per VM: nothing is retried blindly or forever.
   void Replan(const std::string& why) {
-    for (auto it = done_.begin(); it != done_.end();) {
-      if (it->result == "failed" && attempts_[it->vm] < 3 && !it->final) {
-        it = done_.erase(it);  // may be tried again under the new plan
-      } else {
-        ++it;
-      }
-    }
+    // The new plan first: when it cannot be made, the failed VMs stay reported
+    // as failed (running where they were), never dropped.
     if (Status st = fleet_.Refresh(Moving(), f_.host); !st.ok()) {
       Say("re-plan: {}", st.message());
       return;
@@ -449,84 +567,113 @@ class Evacuation {
       Say("re-plan: {}", p.status().message());
       return;
     }
+    for (auto it = done_.begin(); it != done_.end();) {
+      if (it->result == "failed" && attempts_[it->vm] < 3 && !it->final) {
+        it = done_.erase(it);  // may be tried again under the new plan
+      } else {
+        ++it;
+      }
+    }
     Say("re-planned the VMs left after: {}", why);
     for (auto& o : done_) o.final = true;
     Take(*p, why);
   }
 
+  // Before saying "done": every VM the host still lists has an outcome here
+  // (a VM missing from a given plan, or dropped on the way, is reported left).
+  void AccountForTheRest() {
+    if (!fleet_.Refresh({}, f_.host).ok()) {
+      Say("could not ask {} what it still holds", f_.host);
+      Finish({"(" + f_.host + ")", "-", "", "left", "the host's agent did not answer at the end"}, false);
+      return;
+    }
+    for (const auto& vm : fleet_.VmsOn(f_.host)) {
+      bool known = false;
+      for (const auto& o : done_) known |= o.vm == vm && o.result != "completed";
+      if (!known) Finish({vm, "-", "", "left", "still on " + f_.host + " and in no action"}, false);
+    }
+  }
+
   // A VM the journal says was started: asked about, never started blindly.
-  Status Resolve(const VmJournalState& s) {
+  // `to` is the target its kStarted entry recorded.
+  Status Resolve(const VmJournalState& s, const planner::Target& to) {
     GM_RETURN_IF_ERROR(fleet_.Refresh({}, f_.host));
     const bool drain = s.action == "drain-and-replace";
     const bool on_source = fleet_.On(s.vm, f_.host);
-    const bool at_target = fleet_.On(drain ? ReplicaName(s.vm) : s.vm, s.target);
-    if (fleet_.Held(s.vm)) {
-      const std::string d = "held after a controller restart: " + fleet_.HeldWhy(s.vm);
-      GM_RETURN_IF_ERROR(Journal(s.vm, s.action, JournalPhase::kInDoubt, s.target, d));
-      Finish({s.vm, s.action, s.target, "in-doubt", d}, false);
+    const bool at_target = !s.target.empty() && fleet_.On(drain ? ReplicaName(s.vm) : s.vm, s.target);
+    auto release = [&] {
+      for (const auto& res : Reserved(s.vm)) (void)store_->Release(res);
+    };
+    auto settle = [&](JournalPhase phase, const std::string& result, const std::string& d) -> Status {
+      GM_RETURN_IF_ERROR(Journal(s.vm, s.action, phase, s.target, d));
+      if (phase != JournalPhase::kInDoubt) release();
+      Finish({s.vm, s.action, s.target, result, d}, false);
       return Status::Ok();
+    };
+    if (fleet_.Held(s.vm)) return settle(JournalPhase::kInDoubt, "in-doubt", "held after a controller restart: " + fleet_.HeldWhy(s.vm));
+    if (s.action == "power-off" && !on_source) {
+      return settle(JournalPhase::kCompleted, "completed", "powered off (gone from its host) before a controller restart");
     }
-    if (at_target && !on_source) {
-      const std::string d = "found at its target after a controller restart";
-      GM_RETURN_IF_ERROR(Journal(s.vm, s.action, JournalPhase::kCompleted, s.target, d));
-      Finish({s.vm, s.action, s.target, "completed", d}, false);
-      return Status::Ok();
-    }
-    // Still in flight? The source agent's (or, for a replica, the target's) jobs say.
-    const std::string host = drain && !at_target ? s.target : f_.host;
-    auto st = Ask(host, "status", Json::object());
-    if (!st.ok()) return Unavailable(fmt::format("resolving {}: {}", s.vm, st.status().message()));
-    for (const auto& j : (*st)["jobs"]) {
-      if (j["state"] == "running" &&
-          (j["vm"] == s.vm || j["vm"] == ReplicaName(s.vm))) {  // adopt it: followed to its end
-        Running r;
-        r.a.vm = s.vm;
-        r.a.action = drain ? planner::Action::kDrainAndReplace : planner::Action::kLiveMigrate;
-        r.a.to = planner::Target{s.target, {}, std::nullopt};
-        r.source = f_.host;
-        r.target = s.target;
-        const std::string kind = j["kind"];
-        r.phase = kind == "migrate" ? "migrate" : kind == "drain" ? "drain" : "replica";
-        (r.phase == "replica" ? r.dst_job : r.src_job) = j["id"].get<int64_t>();
-        if (r.phase == "migrate") r.dst_job = TargetReceiveJob(s.target, s.vm);
-        for (const auto& res : Reserved(s.vm)) r.reservation = res;
-        Say("{}: {} started before a controller restart is still running ({} job {}): following it", s.vm, s.action,
-            host, j["id"].get<int64_t>());
-        running_.push_back(std::move(r));
-        return Status::Ok();
-      }
-    }
-    if (drain && at_target && on_source) {  // replaced, not yet drained: drain now
+    if (at_target && !on_source) return settle(JournalPhase::kCompleted, "completed", "found at its target after a controller restart");
+    auto adopt = [&](const std::string& phase, int64_t src, int64_t dst) {
       Running r;
       r.a.vm = s.vm;
-      r.a.action = planner::Action::kDrainAndReplace;
-      r.a.to = planner::Target{s.target, {}, std::nullopt};
+      r.a.action = s.action == "power-off" ? planner::Action::kPowerOff
+                   : drain                 ? planner::Action::kDrainAndReplace
+                                           : planner::Action::kLiveMigrate;
+      if (!to.host.empty()) r.a.to = to;
       r.source = f_.host;
       r.target = s.target;
-      r.phase = "replica";
-      r.dst_job = LatestJob(s.target, ReplicaName(s.vm));
+      r.phase = phase;
+      r.src_job = src;
+      r.dst_job = dst;
+      if (phase == "confirm") r.confirm_since = Clock::now();
       for (const auto& res : Reserved(s.vm)) r.reservation = res;
+      Say("{}: {} started before a controller restart is still under way ({}): following it", s.vm, s.action, phase);
       running_.push_back(std::move(r));
       return Status::Ok();
+    };
+    // Still in flight on the source?
+    const Json src = RunningJob(f_.host, s.vm, "");
+    if (!src.is_null()) {
+      const std::string kind = src.value("kind", "");
+      const int64_t id = src["id"].get<int64_t>();
+      if (kind == "migrate") return adopt("migrate", id, s.target.empty() ? 0 : LatestJob(s.target, s.vm, "receive"));
+      if (kind == "drain" || kind == "power-off") return adopt(kind, id, 0);
+    }
+    if (drain && !s.target.empty()) {
+      const Json rep = RunningJob(s.target, ReplicaName(s.vm), "start-replica");
+      if (!rep.is_null()) return adopt("replica", 0, rep["id"].get<int64_t>());
+      if (at_target && on_source) {  // replaced, not yet drained: the drain follows
+        return adopt("replica", 0, LatestJob(s.target, ReplicaName(s.vm), "start-replica"));
+      }
+    }
+    if (!on_source) {
+      // Gone from the source, not listed at the target: its receive may still be
+      // finishing there; otherwise nobody lists it, which only an operator sorts out.
+      const Json recv = s.target.empty() ? Json() : RunningJob(s.target, s.vm, "receive");
+      if (!recv.is_null()) return adopt("confirm", 0, recv["id"].get<int64_t>());
+      return settle(JournalPhase::kInDoubt, "in-doubt",
+                    fmt::format("after a controller restart no host lists {} (not {}, not {})", s.vm, f_.host,
+                                s.target.empty() ? "its target" : s.target));
     }
     const std::string d = "the attempt before a controller restart did not complete; the VM runs on its source";
     GM_RETURN_IF_ERROR(Journal(s.vm, s.action, JournalPhase::kFailed, s.target, d));
-    for (const auto& res : Reserved(s.vm)) (void)store_->Release(res);
+    release();
     return Status::Ok();
   }
 
-  int64_t LatestJob(const std::string& host, const std::string& vm) {
+  // The newest job of `kind` for `vm` on `host`; 0 when there is none or no answer.
+  int64_t LatestJob(const std::string& host, const std::string& vm, const std::string& kind) {
     auto st = Ask(host, "status", Json::object());
     int64_t id = 0;
-    if (st.ok() && (*st)["ok"].get<bool>()) {
+    if (st.ok() && st->value("ok", false)) {
       for (const auto& j : (*st)["jobs"]) {
-        if (j["vm"] == vm) id = std::max<int64_t>(id, j["id"].get<int64_t>());
+        if (j.value("vm", "") == vm && j.value("kind", "") == kind) id = std::max<int64_t>(id, j.value("id", int64_t{0}));
       }
     }
     return id;
   }
-
-  int64_t TargetReceiveJob(const std::string& host, const std::string& vm) { return LatestJob(host, vm); }
 
   std::vector<std::string> Reserved(const std::string& vm) {
     std::vector<std::string> ids;
@@ -579,6 +726,7 @@ class Evacuation {
   std::vector<Outcome> done_;
   std::map<std::string, uint32_t> attempts_;
   std::map<std::string, double> stun_;
+  std::map<std::string, Clock::time_point> not_before_;
   std::string replan_after_start_;
   std::chrono::milliseconds poll_{200}, agent_timeout_{20000};
 

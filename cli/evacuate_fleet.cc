@@ -82,9 +82,19 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
     }
   }
   for (const auto& m : in_flight) {  // a VM on its way occupies its target slot already
+    const std::string at_target = m.replica ? ReplicaName(m.vm) : m.vm;
+    // ... and is not planned again from its source.
+    Json kept = Json::array();
+    for (auto& e : vms) {
+      if (!(e.value("name", "") == m.vm && e.value("host", "") == m.source)) kept.push_back(std::move(e));
+    }
+    vms = std::move(kept);
     if (m.to.gpus.empty()) continue;
     auto it = entries_.find(m.vm);
     if (it == entries_.end()) continue;
+    if (auto t = entries_.find(at_target); t != entries_.end() && t->second.value("host", "") == m.to.host) {
+      continue;  // the target lists it already
+    }
     Json e = it->second;
     e.erase("device");
     e.erase("receive_device");
@@ -139,7 +149,16 @@ int64_t Fleet::MaxStunMs(const std::string& vm) const {
   return std::chrono::duration_cast<std::chrono::milliseconds>(inv_.policy.max_stun).count();
 }
 
-std::vector<std::string> Fleet::Units(const std::string& vm, const planner::Target& to) const {
+std::vector<std::string> Fleet::VmsOn(const std::string& host) const {
+  std::vector<std::string> names;
+  for (const auto& [name, e] : entries_) {
+    if (e.value("host", "") == host) names.push_back(name);
+  }
+  return names;
+}
+
+std::vector<std::string> Fleet::Units(const std::string& vm, const planner::Target& to,
+                                      const std::set<std::string>& mine) const {
   std::vector<std::string> units;
   const planner::Vm* v = nullptr;
   for (const auto& x : inv_.vms) {
@@ -165,6 +184,7 @@ std::vector<std::string> Fleet::Units(const std::string& vm, const planner::Targ
       for (const auto& x : inv_.vms) {
         if (x.host == to.host && x.name != vm && std::find(x.gpus.begin(), x.gpus.end(), g) != x.gpus.end()) ++used;
       }
+      while (mine.count(fmt::format("{}/gpu{}/vgpu{}", to.host, g, used))) ++used;
       units.push_back(fmt::format("{}/gpu{}/vgpu{}", to.host, g, used));
     }
   }

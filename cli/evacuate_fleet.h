@@ -17,7 +17,8 @@
 
 namespace gpumigrate::cli {
 
-// A VM being moved: it occupies its target slot already.
+// A VM being moved: it occupies its target slot already, and is no longer
+// planned from its source.
 struct InFlight {
   std::string vm, source;
   planner::Target to;
@@ -40,8 +41,12 @@ class Fleet {
   int MaxMigrations(const std::string& host) const;
   // The agent record of a VM for receive / start-replica: name, device, inventory.
   agent::Json Record(const std::string& vm) const;
-  // The capacity units a VM takes at `to` (the store's reservation units).
-  std::vector<std::string> Units(const std::string& vm, const planner::Target& to) const;
+  // The capacity units a VM takes at `to` (the store's reservation units); a
+  // vGPU slot is the next one neither in use nor in `mine` (held already).
+  std::vector<std::string> Units(const std::string& vm, const planner::Target& to,
+                                 const std::set<std::string>& mine) const;
+  // The VMs the agent of `host` lists now.
+  std::vector<std::string> VmsOn(const std::string& host) const;
   int64_t MaxStunMs(const std::string& vm) const;
   bool On(const std::string& vm, const std::string& host) const;
   bool Held(const std::string& vm) const;

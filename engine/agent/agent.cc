@@ -361,7 +361,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
   } else {  // a hook
     if (rc == 0) {
       job.state = "completed";
-      if (job.kind == "drain") {
+      if (job.kind == "drain" || job.kind == "power-off") {
         remove_vm();
       } else {
         remove_vm();
@@ -633,6 +633,36 @@ Result<Json> Agent::RunHook(const Json& req, bool drain) {
   return Reply({{"job", id}});
 }
 
+Result<Json> Agent::PowerOff(const Json& req) {
+  const std::string name = req.contains("vm") && req["vm"].is_string() ? req["vm"].get<std::string>() : "";
+  if (name.empty()) return InvalidArgument("power-off needs \"vm\"");
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  const VmRecord* here = nullptr;
+  for (const auto& v : vms_) {
+    if (v.name == name) here = &v;
+  }
+  if (here == nullptr) return FailedPrecondition(fmt::format("{} does not run on {}", name, config_.host));
+  if (held_.count(name)) return FailedPrecondition(fmt::format("{} is held: {}", name, held_.at(name)));
+  if (config_.power_off.empty()) {
+    return FailedPrecondition(fmt::format("{} has no power_off hook: an operator powers {} off", config_.host, name));
+  }
+  for (const auto& j : jobs_) {
+    if (j->state == "running" && j->vm == name) {
+      return FailedPrecondition(fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
+    }
+  }
+  std::vector<std::string> argv;
+  for (const auto& a : config_.power_off) argv.push_back(Substitute(Substitute(a, "{vm}", name), "{host}", config_.host));
+  auto job = std::make_unique<Job>();
+  job->kind = "power-off";
+  job->vm = name;
+  job->record = *here;
+  GM_ASSIGN_OR_RETURN(Job * started, StartLocked(std::move(job), argv));
+  const int64_t id = started->id;
+  return Reply({{"job", id}});
+}
+
 // An operator resolved a held source (gpumigrate resume or release on it): the
 // hold is lifted; "gone": true when the VM no longer runs here.
 Result<Json> Agent::Release(const Json& req) {
@@ -652,8 +682,8 @@ Json Agent::Handle(const Json& request) {
       request.is_object() && request.contains("op") && request["op"].is_string() ? request["op"].get<std::string>()
                                                                                : "";
   Result<Json> r = InvalidArgument(
-      fmt::format("unknown op '{}' (inventory, status, receive, migrate, start-replica, drain, resolve, "
-                  "maintenance)",
+      fmt::format("unknown op '{}' (inventory, status, receive, migrate, start-replica, drain, power-off, "
+                  "resolve, maintenance)",
                   op));
   try {
     if (op == "inventory") {
@@ -679,6 +709,8 @@ Json Agent::Handle(const Json& request) {
       r = Migrate(request);
     } else if (op == "start-replica" || op == "drain") {
       r = RunHook(request, op == "drain");
+    } else if (op == "power-off") {
+      r = PowerOff(request);
     } else if (op == "resolve") {
       r = Release(request);
     } else if (op == "maintenance") {

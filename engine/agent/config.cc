@@ -69,6 +69,7 @@ Result<AgentConfig> ParseAgentConfig(std::string_view json_text) {
     }
     cfg.hooks[name] = h;
   }
+  GM_ASSIGN_OR_RETURN(cfg.power_off, ReadArgv(root, "power_off", ""));
   const planner::Json& vms = planner::Get(root, "vms");
   if (!vms.is_null() && !vms.is_array()) return KeyError("vms", "expected an array");
   for (size_t i = 0; vms.is_array() && i < vms.size(); ++i) {

@@ -63,6 +63,10 @@ struct AgentConfig {
   std::vector<VmRecord> vms;      // the VMs configured here at first start
   Json groups = Json::array();    // the planner's group entries
   std::map<std::string, GroupHooks> hooks;
+  // "power_off": how this host powers a VM off (an argv; "{vm}", "{host}"
+  // replaced), for the plan's power-off action (the VM's work is lost: only
+  // where the policy allows it). Empty: power-off is refused, left to an operator.
+  std::vector<std::string> power_off;
 };
 
 // The configuration file (README "gpumigrate agent"): {"version": 1, "host":
@@ -138,6 +142,7 @@ class Agent {
   Result<Json> Receive(const Json& req);
   Result<Json> Migrate(const Json& req);
   Result<Json> RunHook(const Json& req, bool drain);
+  Result<Json> PowerOff(const Json& req);
   Result<Json> Release(const Json& req);
   int RunningJobs() const;
   Status FitsLocked(const VmRecord& rec) const;

@@ -88,8 +88,9 @@ write_inventory
 call() {  # call HOST-PORT OP [BODY]
   timeout 60 "$bin" agent-call --agent "127.0.0.1:$1" "${tls[@]}" "$2" "${3:-{\}}" >"$tmp/reply.json" 2>"$tmp/reply.err"
 }
-vms_on() {  # vms_on PORT: the VM names an agent reports, sorted, space-separated
-  call "$1" inventory && python3 -c "import json,sys; print(' '.join(sorted(v['name'] for v in json.load(open(sys.argv[1]))['vms'])))" "$tmp/reply.json"
+vms_on() {  # vms_on PORT: the VM names an agent reports, sorted, space-separated ("?" when it does not answer)
+  call "$1" inventory || { echo "?"; return 1; }
+  python3 -c "import json,sys; print(' '.join(sorted(v['name'] for v in json.load(open(sys.argv[1]))['vms'])))" "$tmp/reply.json"
 }
 evacuate() {  # evacuate ARGS...: output in $tmp/evac.out/.err
   timeout 240 "$bin" evacuate --inventory "$tmp/inventory.json" --host gpu-a --store "$tmp/store" "${tls[@]}" \
@@ -118,8 +119,9 @@ timeout 240 "$bin" evacuate --inventory "$tmp/inventory.json" --host gpu-a --sto
   --poll 100ms --yes --id evac-1 --bandwidth 5MB/s >"$tmp/evac1.out" 2>"$tmp/evac1.err" &
 cpid=$!
 pids+=("$cpid")
-for _ in $(seq 300); do grep -q "started" "$tmp/evac1.err" && break; sleep 0.05; done
-sleep 0.5
+# Killed once two migrations run (not mid-request: that is a case of its own).
+for _ in $(seq 600); do [ "$(grep -c "live-migrate to gpu-. started" "$tmp/evac1.err")" -ge 2 ] && break; sleep 0.05; done
+sleep 0.3
 kill -9 "$cpid"; wait "$cpid" 2>/dev/null
 contains "the first controller had started migrations" "$tmp/evac1.err" "live-migrate to gpu-. started"
 evacuate --yes --id evac-1 --json
@@ -127,6 +129,11 @@ rc=$?
 check "the restarted controller completes the evacuation" 0 $rc
 [ $rc != 0 ] && { tail -20 "$tmp/evac.err"; }
 contains "it continued from the journal" "$tmp/evac.err" "continuing evacuation evac-1 from its journal"
+if grep -qE "still under way .*following it|found at its target after a controller restart" "$tmp/evac.err"; then
+  echo "ok: it asked the agents about the migrations the journal says were started"
+else
+  echo "FAIL: no started migration was followed or found:"; grep -v "^ *$" "$tmp/evac.err" | head -20; fail=1
+fi
 [ -z "$(vms_on "$port_gpu_a")" ] && echo "ok: gpu-a is empty" || { echo "FAIL: gpu-a still holds $(vms_on "$port_gpu_a")"; fail=1; }
 all="$(vms_on "$port_gpu_b") $(vms_on "$port_gpu_c")"
 for v in llm-1 llm-2; do

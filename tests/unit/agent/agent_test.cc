@@ -395,6 +395,23 @@ TEST_F(AgentTest, ADamagedStateFileIsRefusedNamingIt) {
   EXPECT_NE(std::string(a.status().message()).find("state of host 'gpu-z'"), std::string::npos);
 }
 
+TEST_F(AgentTest, PowerOffRunsTheHostsHookOrIsRefused) {
+  EXPECT_NE(Error(Call({{"op", "power-off"}, {"vm", "llm-1"}})).find("no power_off hook"), std::string::npos);
+  Json cfg = Parsed(kConfig);
+  cfg["power_off"] = {"off", "{vm}", "{host}"};
+  Reopen(cfg.dump());
+  ASSERT_TRUE(Call({{"op", "power-off"}, {"vm", "llm-1"}})["ok"]);
+  EXPECT_EQ(children_.started[0].argv, (std::vector<std::string>{"off", "llm-1", "gpu-a"}));
+  EXPECT_NE(Error(Call({{"op", "power-off"}, {"vm", "llm-1"}})).find("already in job"), std::string::npos);
+  End(children_, 0, 0, "");
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"chat-1"});
+  ASSERT_TRUE(Call({{"op", "power-off"}, {"vm", "chat-1"}})["ok"]);
+  End(children_, 1, 1, "");
+  EXPECT_EQ(VmNames(), std::vector<std::string>{"chat-1"});  // a failed hook keeps it
+  cfg["power_off"] = "off";
+  EXPECT_FALSE(ParseAgentConfig(cfg.dump()).ok());
+}
+
 // Found in review: each of these crashed the agent, lost a VM or gave a slot twice.
 TEST_F(AgentTest, WrongTypesAndOddBytesAreRefusedNeverFatal) {
   EXPECT_NE(Error(Call({{"op", 1}})).find("unknown op"), std::string::npos);
