@@ -771,6 +771,18 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
   return c;
 }
 
+namespace {
+
+// The plan from what the agents report now; the error is printed.
+Result<planner::Plan> PlanNow(Fleet& fleet, const EvacuateFlags& f) {
+  Status st = fleet.Refresh({}, f.host);
+  Result<planner::Plan> p = st.ok() ? fleet.PlanFor(f.host, f.allow_power_off) : Result<planner::Plan>(st);
+  if (!p.ok()) Print(stderr, "gpumigrate evacuate: {}\n", p.status().message());
+  return p;
+}
+
+}  // namespace
+
 int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
   EvacuateFlags f = flags;
   if (f.id.empty()) f.id = "evacuate-" + f.host;
@@ -799,15 +811,8 @@ int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
     return 2;
   }
   if (f.dry_run) {  // the plan from what the agents report now, and nothing else
-    if (Status st = fleet->Refresh({}, f.host); !st.ok()) {
-      Print(stderr, "gpumigrate evacuate: {}\n", st.message());
-      return 2;
-    }
-    auto p = fleet->PlanFor(f.host, f.allow_power_off);
-    if (!p.ok()) {
-      Print(stderr, "gpumigrate evacuate: {}\n", p.status().message());
-      return 2;
-    }
+    auto p = PlanNow(*fleet, f);
+    if (!p.ok()) return 2;
     if (f.json) {
       Print("{}\n", planner::PlanToJson(*p));
     } else {
@@ -835,15 +840,8 @@ int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
     given = *p;
   } else if (!f.yes) {
     // A plan made now is shown and confirmed first; nothing moves before.
-    if (Status st = fleet->Refresh({}, f.host); !st.ok()) {
-      Print(stderr, "gpumigrate evacuate: {}\n", st.message());
-      return 2;
-    }
-    auto p = fleet->PlanFor(f.host, f.allow_power_off);
-    if (!p.ok()) {
-      Print(stderr, "gpumigrate evacuate: {}\n", p.status().message());
-      return 2;
-    }
+    auto p = PlanNow(*fleet, f);
+    if (!p.ok()) return 2;
     PrintPlan(stdout, *p);
     if (!p->feasible) {
       Print(stderr, "gpumigrate evacuate: the plan is not feasible ({}); nothing was moved\n", p->reason);
