@@ -222,7 +222,7 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
 CLI::App* AddAgentCallCommand(CLI::App& app, AgentCallFlags& f) {
   auto* c = app.add_subcommand("agent-call",
                                "Send one request to a host's agent and print its reply (JSON): inventory, status, "
-                               "receive, migrate, start-replica, drain, resolve, maintenance.");
+                               "receive, migrate, start-replica, drain, power-off, resolve, maintenance.");
   c->add_option("--agent", f.agent, "The agent's ADDR:PORT (its certificate must name ADDR)")->required();
   c->add_option("--timeout", f.timeout, "How long to wait for the connection and the reply")->capture_default_str();
   AddAgentTlsFlags(c, f.tls);
