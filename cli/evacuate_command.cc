@@ -230,6 +230,9 @@ class Evacuation {
   }
 
   void StartWhatFits() {
+    // --batched: the plan's batched schedule, for comparison: a batch starts
+    // only once the whole batch before it has ended.
+    if (f_.batched && !running_.empty()) return;
     for (auto it = pending_.begin(); it != pending_.end();) {
       const planner::PlannedAction& a = *it;
       const std::string tgt = a.to ? a.to->host : "";
@@ -764,6 +767,9 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
   c->add_flag("--dry-run", f.dry_run,
               "Only print the plan made from what the agents report now (with --json: PLANNER.md's plan JSON); "
               "exit 0 when it is feasible, 1 when not; nothing moves");
+  c->add_flag("--batched", f.batched,
+              "Run in fixed batches (each starts when the one before has ended) instead of starting each action as "
+              "soon as capacity allows: the plan's batched_total_ms schedule, for comparison");
   c->add_flag("--yes", f.yes, "Do not ask for confirmation of a plan made now");
   c->add_flag("--allow-power-off", f.allow_power_off, "Let the plan power off VMs that cannot move (an operator does it)");
   c->add_flag("--json", f.json, "Print the outcome as one JSON object on stdout");

@@ -34,6 +34,7 @@ struct EvacuateFlags {
   std::string resume_window;  // passed to every migrate (a slower link, for demos and tests)
   bool yes = false;
   bool dry_run = false;
+  bool batched = false;
   bool json = false;
   bool allow_power_off = false;
   AgentTls tls;
