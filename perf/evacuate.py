@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "cluster"))
 import cluster  # noqa: E402
+from fleet import Fleet, mig_gpus  # noqa: E402
 
 VMS = [  # gpu-a's VMs: name, sim size, profile, MIG start slice
     ("llm-1", "96MiB", "3g.40gb", 0),
@@ -46,61 +46,25 @@ def rate_text(tc_rate):  # "200mbit" -> "200Mbit" (the CLI's units)
     return tc_rate[:-4] + "Mbit" if tc_rate.endswith("mbit") else tc_rate[:-4] + "Gbit"
 
 
-def run_fleet(binary, tmp, rate, hosts, estimates, extra):
+def run_fleet(binary, rate, hosts, estimates, extra):
     """Builds the fleet, runs one evacuation; returns (wall_ms, report, dry-run plan)."""
     names = [f"gpu-{chr(ord('a') + i)}" for i in range(hosts)]
-    c = cluster.Cluster(names + ["ctl"], rate=rate)
-    run_dir = tempfile.mkdtemp(dir=tmp)
-    try:
-        c.start()
-        pki = f"{run_dir}/pki"
-        subprocess.run([os.path.join(REPO, "scripts", "make-test-certs"), pki,
-                        *[c.addr(h) for h in names + ["ctl"]]], check=True, stderr=subprocess.DEVNULL)
-        agent_tls = ["--tls-ca", f"{pki}/ca.pem", "--tls-cert", f"{pki}/dest.pem", "--tls-key", f"{pki}/dest.key"]
-        ctl_tls = ["--tls-ca", f"{pki}/ca.pem", "--tls-cert", f"{pki}/source.pem", "--tls-key", f"{pki}/source.key"]
-        gpu = [{"index": 0, "model": "H100-80GB", "mode": "mig"}]
-        inv_hosts, inv_vms = [], []
-        for h in names:
-            entry = {"name": h, "link": rate_text(rate), "max_migrations": 2, "gpus": gpu}
-            vms = []
-            if h == "gpu-a":
-                for name, size, profile, start in VMS:
-                    vms.append({"name": name, "device": spec(size), "gpus": [0], "profile": profile,
-                                "placement": start, "class": "inference"})
-                    inv_vms.append({"name": name, "host": h, "gpus": [0], "profile": profile, "placement": start,
-                                    "class": "inference", "estimate": estimates[name]})
-            cfg = {"version": 1, "host": entry, "data_address": c.addr(h), "vms": vms}
-            with open(f"{run_dir}/{h}.json", "w") as f:
-                json.dump(cfg, f)
-            c.popen(h, [binary, "agent", "--config", f"{run_dir}/{h}.json", "--listen", f"{c.addr(h)}:7070",
-                        "--state-dir", f"{run_dir}/{h}", "--port-file", f"{run_dir}/{h}.port", *agent_tls],
-                    stdout=subprocess.DEVNULL, stderr=open(f"{run_dir}/{h}.log", "w"))
-            inv_hosts.append(dict(entry, agent=f"{c.addr(h)}:7070"))
-        with open(f"{run_dir}/fleet.json", "w") as f:
-            json.dump({"version": 1, "policy": {"max_stun": "100s"}, "hosts": inv_hosts, "vms": inv_vms}, f)
-        deadline = time.time() + 30
-        while time.time() < deadline and not all(os.path.exists(f"{run_dir}/{h}.port") for h in names):
-            time.sleep(0.05)
-        evac = [binary, "evacuate", "--inventory", f"{run_dir}/fleet.json", "--host", "gpu-a", *ctl_tls]
-        r = c.run("ctl", evac + ["--dry-run", "--json"])
+    spec_of = {h: {"gpus": mig_gpus("mig")} for h in names}
+    spec_of["gpu-a"]["vms"] = [{"name": name, "device": spec(size), "gpus": [0], "profile": profile,
+                                "placement": start, "class": "inference"} for name, size, profile, start in VMS]
+    inv_vms = [{"name": name, "host": "gpu-a", "gpus": [0], "profile": profile, "placement": start,
+                "class": "inference", "estimate": estimates[name]} for name, _, profile, start in VMS]
+    with Fleet(binary, spec_of, rate=rate, link=rate_text(rate), inventory_vms=inv_vms) as f:
+        r = f.run_ctl(f.evacuate_argv("gpu-a", "--dry-run", "--json"))
         if r.returncode != 0:
             raise RuntimeError(f"the plan is not feasible: {r.stdout} {r.stderr}")
         plan = json.loads(r.stdout)
         t0 = time.monotonic()
-        r = c.run("ctl", evac + ["--yes", "--json", "--store", f"{run_dir}/store", *extra], timeout=900)
+        r = f.run_ctl(f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", *extra), timeout=900)
         wall_ms = (time.monotonic() - t0) * 1000
         if r.returncode != 0:
             raise RuntimeError(f"evacuate {' '.join(extra)} exited {r.returncode}: {r.stderr[-2000:]}")
         return wall_ms, json.loads(r.stdout), plan
-    finally:
-        for h in names:
-            try:
-                for j in json.load(open(f"{run_dir}/{h}/state.json"))["jobs"]:
-                    if j["state"] == "running" and j["pid"] > 0:
-                        os.killpg(j["pid"], signal.SIGKILL)
-            except (OSError, ValueError, KeyError):
-                pass
-        c.stop()
 
 
 def main():
@@ -124,8 +88,8 @@ def main():
             if r.returncode != 0:
                 raise RuntimeError(f"estimate of {name}: {r.stderr[-1000:]}")
             estimates[name] = json.loads(r.stdout)
-        wall, report, plan = run_fleet(binary, tmp, args.rate, args.hosts, estimates, [])
-        bwall, breport, _ = run_fleet(binary, tmp, args.rate, args.hosts, estimates, ["--batched"])
+        wall, report, plan = run_fleet(binary, args.rate, args.hosts, estimates, [])
+        bwall, breport, _ = run_fleet(binary, args.rate, args.hosts, estimates, ["--batched"])
         stun = {v["vm"]: v.get("stun_ms") for v in report["vms"]}
         out = {
             "bench": "evacuate", "hosts": args.hosts, "vms": len(VMS), "rate": args.rate,

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -32,6 +33,11 @@ struct Agent::Job {
   std::string detail;
   std::string to;     // migrate: where to
   int port = 0;       // receive: where it listens
+  // receive into an adopter's process: the shell it runs under (Launcher id and
+  // token) and the device spec of the process that said it is ready.
+  int64_t adopter_pid = 0;
+  std::string adopter_token;
+  std::string adopted_device;
   int64_t started_unix_ms = 0, ended_unix_ms = 0;
   Json report;        // the child's --json report, once it ended
 };
@@ -185,6 +191,10 @@ Status Agent::Save() {
     o["pid"] = job->pid;
     o["token"] = job->token;
     o["record"] = RecordJson(job->record);
+    if (job->adopter_pid != 0) {
+      o["adopter_pid"] = job->adopter_pid;
+      o["adopter_token"] = job->adopter_token;
+    }
     j["jobs"].push_back(o);
   }
   // A child's stderr may hold any bytes: replaced, never a throw.
@@ -226,6 +236,9 @@ Status Agent::Load() {
       job->started_unix_ms = o.value("started_unix_ms", int64_t{0});
       job->ended_unix_ms = o.value("ended_unix_ms", int64_t{0});
       if (o.contains("report")) job->report = o["report"];
+      job->adopter_pid = o.value("adopter_pid", int64_t{0});
+      job->adopter_token = o.value("adopter_token", "");
+      job->adopted_device = o.value("device", "");
       GM_ASSIGN_OR_RETURN(job->record, RecordFrom(o.at("record"), "jobs[].record"));
       jobs_.push_back(std::move(job));
     }
@@ -265,6 +278,7 @@ Json Agent::JobJson(const Job& job) const {
   if (!job.detail.empty()) j["detail"] = job.detail;
   if (!job.to.empty()) j["to"] = job.to;
   if (job.port != 0) j["port"] = job.port;
+  if (!job.adopted_device.empty()) j["device"] = job.adopted_device;
   j["started_unix_ms"] = job.started_unix_ms;
   if (job.ended_unix_ms != 0) j["ended_unix_ms"] = job.ended_unix_ms;
   if (job.state == "running") {
@@ -337,9 +351,11 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
     }
   } else if (job.kind == "receive") {
     const bool verified = job.report.is_object() && job.report.value("verified", false);
+    if (!job.adopted_device.empty()) job.record.device = job.adopted_device;  // the VM's process here
     if (rc == 0 && verified) {
       job.state = "completed";
-      job.detail = fmt::format("{} received and verified", job.vm);
+      job.detail = fmt::format("{} received and verified{}", job.vm,
+                               job.adopted_device.empty() ? "" : ", adopted by " + job.adopted_device);
       remove_vm();
       vms_.push_back(job.record);
     } else if (rc == 3 || !rc) {
@@ -357,6 +373,8 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
     } else {
       job.state = "failed";
       job.detail = fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", last);
+      // The process that was to adopt it holds nothing: it goes too.
+      if (job.adopter_pid != 0) launcher_->Kill(job.adopter_pid, job.adopter_token);
     }
   } else {  // a hook
     if (rc == 0) {
@@ -434,9 +452,16 @@ Status Agent::FitsLocked(const VmRecord& rec) const {
 // dies between the two finds a job it cannot account for and holds its VM,
 // rather than a child running that it does not know of.
 Result<Agent::Job*> Agent::StartLocked(std::unique_ptr<Job> job, const std::vector<std::string>& argv) {
+  GM_ASSIGN_OR_RETURN(Job * j, RecordLocked(std::move(job)));
+  GM_RETURN_IF_ERROR(LaunchLocked(*j, argv));
+  return j;
+}
+
+Result<Agent::Job*> Agent::RecordLocked(std::unique_ptr<Job> job) {
   job->id = next_job_++;
   job->started_unix_ms = NowMs();
-  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port"}) {  // a job id's files from an earlier life
+  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port", "adopter.out", "adopter.err", "adopter.rc",
+                          "adopter.rc.tmp"}) {  // a job id's files from an earlier life
     std::error_code ec;
     fs::remove(JobPath(job->id, ext), ec);
   }
@@ -446,19 +471,77 @@ Result<Agent::Job*> Agent::StartLocked(std::unique_ptr<Job> job, const std::vect
     jobs_.pop_back();
     return st;
   }
-  auto started = launcher_->Start(argv, JobPath(j->id, "out"), JobPath(j->id, "err"), JobPath(j->id, "rc"));
+  return j;
+}
+
+// A job given up before its process ran: failed, with why, and saved.
+Status Agent::LaunchLocked(Job& j, const std::vector<std::string>& argv) {
+  auto started = launcher_->Start(argv, JobPath(j.id, "out"), JobPath(j.id, "err"), JobPath(j.id, "rc"));
   if (!started.ok()) {
-    j->state = "failed";
-    j->detail = std::string(started.status().message());
-    j->rc = 127;
-    j->ended_unix_ms = NowMs();
+    j.state = "failed";
+    j.detail = std::string(started.status().message());
+    j.rc = 127;
+    j.ended_unix_ms = NowMs();
+    if (j.adopter_pid != 0) launcher_->Kill(j.adopter_pid, j.adopter_token);
     (void)Save();
     return started.status();
   }
-  j->pid = started->id;
-  j->token = started->token;
+  j.pid = started->id;
+  j.token = started->token;
+  return Save();
+}
+
+// Starts the adopter NAME for a receive job recorded (pid 0) and waits, without
+// holding the agent, for its "ready pid=PID" line; returns the device spec of
+// that process. On any failure the adopter is stopped and the job failed.
+Result<std::string> Agent::StartAdopter(std::unique_lock<std::mutex>& lock, Job& j, const std::string& name) {
+  auto fail = [&](Status st) {
+    if (j.adopter_pid != 0) launcher_->Kill(j.adopter_pid, j.adopter_token);
+    j.state = "failed";
+    j.detail = std::string(st.message());
+    j.ended_unix_ms = NowMs();
+    (void)Save();
+    return st;
+  };
+  const Adopter& a = config_.adopters.at(name);
+  std::vector<std::string> argv;
+  for (const auto& arg : a.command) argv.push_back(Substitute(Substitute(arg, "{vm}", j.vm), "{host}", config_.host));
+  const std::string out = JobPath(j.id, "adopter.out"), err = JobPath(j.id, "adopter.err");
+  auto started = launcher_->Start(argv, out, err, JobPath(j.id, "adopter.rc"));
+  if (!started.ok()) return fail(started.status());
+  j.adopter_pid = started->id;
+  j.adopter_token = started->token;
   GM_RETURN_IF_ERROR(Save());
-  return j;
+  lock.unlock();
+  const auto deadline = std::chrono::steady_clock::now() + options_.port_wait;
+  int64_t pid = 0;
+  bool ended = false;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("ready pid=", 0) == 0) pid = std::atoll(line.c_str() + 10);
+    }
+    if (pid > 0) break;
+    std::ifstream rcf(JobPath(j.id, "adopter.rc"));
+    int code = 0;
+    if (rcf >> code) {
+      ended = true;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  lock.lock();
+  if (pid <= 0) {
+    const std::string why = LastLine(err);
+    return fail(Unavailable(fmt::format("the adopter '{}' for {} on {} {}{}", name, j.vm, config_.host,
+                                        ended ? "ended before it was ready"
+                                              : fmt::format("said no \"ready pid=PID\" within {} ms",
+                                                            options_.port_wait.count()),
+                                        why.empty() ? "" : ": " + why)));
+  }
+  j.adopted_device = Substitute(a.device, "{pid}", std::to_string(pid));
+  GM_RETURN_IF_ERROR(Save());
+  return j.adopted_device;
 }
 
 Result<Json> Agent::Receive(const Json& req) {
@@ -480,6 +563,18 @@ Result<Json> Agent::Receive(const Json& req) {
   if (req.contains("gpus")) rec.inventory["gpus"] = req["gpus"];
   if (req.contains("placement")) rec.inventory["placement"] = req["placement"];
   GM_RETURN_IF_ERROR(FitsLocked(rec));
+  std::string device = rec.receive_device.empty() ? rec.device : rec.receive_device;
+  std::string adopter;
+  if (device.rfind("adopt:", 0) == 0) {
+    adopter = device.substr(6);
+    if (!config_.adopters.count(adopter)) {
+      std::string known;
+      for (const auto& [n, a] : config_.adopters) known += (known.empty() ? "" : ", ") + n;
+      return FailedPrecondition(fmt::format("{} needs the adopter '{}', which {} does not configure ({})", rec.name,
+                                            adopter, config_.host,
+                                            known.empty() ? "it configures none" : "it has " + known));
+    }
+  }
   // After the fit: "never fits here" tells a controller more than "busy now".
   if (RunningJobs() >= config_.max_migrations) {
     return FailedPrecondition(fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
@@ -493,13 +588,17 @@ Result<Json> Agent::Receive(const Json& req) {
   if (addr.empty()) addr = options_.listen_address.substr(0, options_.listen_address.rfind(':'));
   const std::string listen = addr.find(':') != std::string::npos && addr.front() != '[' ? "[" + addr + "]:0"
                                                                                          : addr + ":0";
-  const std::string port_file = JobPath(next_job_, "port");
+  GM_ASSIGN_OR_RETURN(Job * recorded, RecordLocked(std::move(job)));
+  Job& jr = *recorded;
+  if (!adopter.empty()) {
+    GM_ASSIGN_OR_RETURN(device, StartAdopter(lock, jr, adopter));
+  }
+  const std::string port_file = JobPath(jr.id, "port");
   std::vector<std::string> argv = {options_.self_exe, "receive", "--listen", listen, "--port-file", port_file,
-                                   "--device", rec.receive_device.empty() ? rec.device : rec.receive_device,
-                                   "--accept-timeout", req.value("accept_timeout", "60s"), "--json"};
+                                   "--device", device, "--accept-timeout", req.value("accept_timeout", "60s"),
+                                   "--json"};
   argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
-  GM_ASSIGN_OR_RETURN(Job * started, StartLocked(std::move(job), argv));
-  Job& jr = *started;
+  GM_RETURN_IF_ERROR(LaunchLocked(jr, argv));
   // Wait for it to listen, without holding the agent.
   lock.unlock();
   const auto deadline = std::chrono::steady_clock::now() + options_.port_wait;

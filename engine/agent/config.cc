@@ -70,6 +70,23 @@ Result<AgentConfig> ParseAgentConfig(std::string_view json_text) {
     cfg.hooks[name] = h;
   }
   GM_ASSIGN_OR_RETURN(cfg.power_off, ReadArgv(root, "power_off", ""));
+  const planner::Json& adopters = planner::Get(root, "adopters");
+  if (!adopters.is_null() && !adopters.is_object()) {
+    return KeyError("adopters", "expected an object: {\"NAME\": {\"command\": [...], \"device\": \"proc:{pid}\"}}");
+  }
+  for (auto it = adopters.begin(); adopters.is_object() && it != adopters.end(); ++it) {
+    const std::string ap = Child("adopters", it.key());
+    if (!it->is_object()) return KeyError(ap, "expected an object with \"command\" (and \"device\")");
+    Adopter a;
+    GM_ASSIGN_OR_RETURN(a.command, ReadArgv(*it, "command", ap));
+    if (a.command.empty()) return KeyError(Child(ap, "command"), "missing: the command that starts the process");
+    GM_ASSIGN_OR_RETURN(auto dev, planner::ReadString(*it, "device", ap));
+    if (dev) a.device = *dev;
+    if (a.device.find("{pid}") == std::string::npos) {
+      return KeyError(Child(ap, "device"), fmt::format("'{}' names no {{pid}} (the adopting process)", a.device));
+    }
+    cfg.adopters[it.key()] = std::move(a);
+  }
   const planner::Json& vms = planner::Get(root, "vms");
   if (!vms.is_null() && !vms.is_array()) return KeyError("vms", "expected an array");
   for (size_t i = 0; vms.is_array() && i < vms.size(); ++i) {

@@ -19,6 +19,7 @@ std::string_view StopReasonName(StopReason r) {
     case StopReason::kConverged: return "converged";
     case StopReason::kNotShrinking: return "not shrinking";
     case StopReason::kRoundLimit: return "round limit";
+    case StopReason::kLinkTooSlow: return "link too slow";
   }
   return "none";
 }

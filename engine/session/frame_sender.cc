@@ -12,6 +12,7 @@ FrameSender::FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, do
       frames_(streams.size(), 0),
       stream_bytes_(streams.size(), 0),
       limiter_(rate_limit_bytes_per_s, clock),
+      clock_(clock),
       lanes_(streams.size()) {
   for (size_t i = 0; i < streams.size(); ++i) lanes_[i].stream = streams[i];
   for (size_t i = 0; i < streams.size(); ++i) lanes_[i].thread = std::thread([this, i] { Run(i); });
@@ -47,6 +48,8 @@ void FrameSender::Run(size_t i) {
     lk.lock();
     lane.busy = false;
     lane.queued_bytes -= frame.size();
+    if (!failed && st.ok()) written_ += frame.size();
+    if (--in_flight_ == 0) busy_ += clock_.Now() - busy_since_;
     if (!st.ok() && error_.ok()) {
       // The sequence number, from the frame's own header (Send() encoded it).
       auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(frame.data(),
@@ -93,6 +96,7 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
     });
     if (!error_.ok()) return error_;
     lane.queued_bytes += total;
+    if (in_flight_++ == 0) busy_since_ = clock_.Now();
     lane.queue.push_back(std::move(frame));
     cv_.notify_all();
   }
@@ -102,6 +106,25 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   bytes_ += total;
   stream_bytes_[s] += total;
   return Status::Ok();
+}
+
+FrameSender::LinkSample FrameSender::Link() {
+  // What the peers acknowledged, where every stream can tell (TCP): a socket's
+  // buffers take megabytes at once, which says nothing of the link's rate.
+  uint64_t delivered = 0;
+  bool all = true;
+  for (const Lane& l : lanes_) {
+    auto d = l.stream->BytesDelivered();
+    if (!d) all = false;
+    delivered += d.value_or(0);
+  }
+  std::lock_guard lk(mu_);
+  LinkSample s;
+  s.at = clock_.Now();
+  s.busy = busy_ + (in_flight_ > 0 ? s.at - busy_since_ : Clock::Duration{0});
+  s.written = all ? delivered : written_;
+  s.delivered = all;
+  return s;
 }
 
 Status FrameSender::Flush() {

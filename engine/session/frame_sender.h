@@ -9,6 +9,13 @@
 // and returned by every later Send() and by Flush(). Frame counts and byte counts
 // are as queued. The owner must Close() the streams before destroying a sender
 // whose threads may be blocked in a write. Send/Flush: one thread.
+//
+// Link() says how the streams are doing: the bytes their peers acknowledged
+// so far (Stream::BytesDelivered, where every stream can tell; else the bytes
+// written to them) and how long at least one frame has been waiting or being
+// written (busy). A window of samples that is busy throughout measured the link
+// (the streams had work all along), not the producer; LinkWatch
+// (link_watch.h) reads them.
 #pragma once
 
 #include <atomic>
@@ -55,6 +62,14 @@ class FrameSender {
   const std::vector<uint64_t>& frames_per_stream() const { return frames_; }
   const std::vector<uint64_t>& bytes_per_stream() const { return stream_bytes_; }
 
+  struct LinkSample {
+    Clock::TimePoint at{};
+    Clock::Duration busy{0};  // time with a frame queued or being written, since construction
+    uint64_t written = 0;     // bytes the peers acknowledged (or the streams took), since construction
+    bool delivered = false;   // `written` is what the peers acknowledged
+  };
+  LinkSample Link();  // any thread
+
  private:
   struct Lane {
     Stream* stream = nullptr;
@@ -75,12 +90,19 @@ class FrameSender {
   bool pinned_ = false;
   std::atomic<uint64_t> bytes_{0};
   RateLimiter limiter_;
+  Clock& clock_;
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Lane> lanes_;
   Status error_;
   bool stop_ = false;
+  // Under mu_: frames queued or being written, since when that count is non-zero,
+  // the busy time before then, and the bytes written.
+  size_t in_flight_ = 0;
+  Clock::TimePoint busy_since_{};
+  Clock::Duration busy_{0};
+  uint64_t written_ = 0;
 };
 
 }  // namespace gpumigrate

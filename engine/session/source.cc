@@ -206,6 +206,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         done += n * ps;
         p += n;
         ReportProgress(phase, round, total, done, false);
+        if (!rr.final) GM_RETURN_IF_ERROR(WatchLink());
         if (!rr.final && opt_.switch_now && (switch_now_ = opt_.switch_now())) break;
       }
       if (switch_now_ && !rr.final) break;
@@ -222,7 +223,65 @@ Status Source::SyncAll(uint64_t* dirty_bytes) {
     GM_RETURN_IF_ERROR(tracker_->Sync(regions_[i].id, sets_[i]).WithContext("dirty sync"));
     *dirty_bytes += sets_[i].Count() * regions_[i].page_size;
   }
+  last_sync_ = clock_.Now();
   return Status::Ok();
+}
+
+// Within a pre-copy round, after each page run: whether the link, at the rate
+// it carries this round now, can still bring the stun within max stun, so that
+// a link that collapsed (or was too slow all along) for this workload aborts
+// the migration here, the source running on, and not at the end of a round
+// that may take minutes at that rate. Only while the link is what limits the
+// round (LinkWatch::LinkBound) and even the whole device would not fit in max
+// stun at that rate (else no floor can exceed it): then, a window after the
+// last dirty sync (or ten times that sync's own cost, whichever is longer), a
+// sync measures what the workload wrote since (into written_, then added to
+// the pages to send: those behind this round's cursor go next round, as any
+// page dirtied during a round) and DecideAtLinkRate judges. Two such checks in
+// a row that say no abort; one (a dip) does not.
+Status Source::WatchLink() {
+  const auto now = clock_.Now();
+  if (now - last_watch_ < std::chrono::milliseconds(50)) return Status::Ok();  // samples closer add nothing
+  last_watch_ = now;
+  watch_.Sample(sender_->Link());
+  const SwitchoverLimits limits = opt_.Limits();
+  const uint64_t state_bytes = dev_.PendingEstimate().stop_copy_bytes;
+  if (!watch_.LinkBound() || limits.switch_when_not_converging ||
+      PredictStunMs(report_.device_bytes + state_bytes, *watch_.rate(), limits.fixed_cost) <=
+          std::chrono::duration<double, std::milli>(limits.max_stun).count()) {
+    too_slow_checks_ = 0;
+    return Status::Ok();
+  }
+  const auto since = now - last_sync_;
+  if (since < std::max<Clock::Duration>(LinkWatch::kWindow, 10 * sync_cost_)) return Status::Ok();
+  if (written_.empty()) {
+    for (const auto& r : regions_) written_.emplace_back(r.pages());
+  }
+  uint64_t written = 0;
+  for (size_t i = 0; i < regions_.size(); ++i) {
+    written_[i].ClearAll();
+    GM_RETURN_IF_ERROR(tracker_->Sync(regions_[i].id, written_[i]).WithContext("dirty sync"));
+    written += written_[i].Count() * regions_[i].page_size;
+    sets_[i].OrWith(written_[i]);
+  }
+  last_sync_ = clock_.Now();
+  sync_cost_ = last_sync_ - now;
+  LinkRateInput in;
+  in.limits = limits;
+  in.written_bytes = written;
+  in.interval_s = std::chrono::duration<double>(since).count();
+  in.bandwidth_bytes_per_s = *watch_.rate();
+  in.peak_bandwidth_bytes_per_s = watch_.peak();
+  in.device_state_bytes = state_bytes;
+  PolicyResult d = DecideAtLinkRate(in);
+  if (d.decision != Decision::kAbort) {
+    too_slow_checks_ = 0;
+    return Status::Ok();
+  }
+  if (++too_slow_checks_ < 2) return Status::Ok();
+  decision_ = d;
+  report_.bandwidth_bytes_per_s = in.bandwidth_bytes_per_s;
+  return Aborted(d.reason);
 }
 
 // Re-reads the whole source at stop and checks each page against what was sent.
@@ -416,6 +475,7 @@ Status Source::Start() {
   GM_RETURN_IF_ERROR(dev_.SetState(DeviceState::kPreCopy));
   GM_RETURN_IF_ERROR(tracker_->Start());
   tracking_ = true;
+  last_sync_ = clock_.Now();
   for (auto& s : sets_) s.SetAll();
   return Status::Ok();
 }
@@ -430,6 +490,7 @@ Status Source::RunRound(uint32_t round) {
   rr.round = round;
   auto rs = clock_.Now();
   const uint64_t sent_before = sender_->bytes_sent();
+  watch_.RoundStarted(sender_->Link());
   // Round 0 skips what the destination holds (zeros, or an earlier part's pages),
   // and so does the round that carries on after a resumption.
   GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound() || round == resumed_round_, rr));
@@ -479,6 +540,12 @@ Status Source::PreCopy() {
   uint32_t held = 0;  // rounds run because may_switch held the switchover: not counted toward max_rounds
   for (uint32_t round = FirstRound();; ++round) {
     if (Status st = RunRound(round); !st.ok()) {
+      if (decision_.stop == StopReason::kLinkTooSlow) {  // WatchLink: the link cannot carry this workload now
+        report_.predicted_stun_ms = decision_.predicted_stun_ms;
+        report_.switchover_reason = decision_.reason;
+        final_round_ = round + 1;
+        return Status::Ok();
+      }
       // A broken connection: carried on over a new one when both sides can, and
       // the round numbers go on (a newer round's pages win at the destination).
       GM_RETURN_IF_ERROR(Resume(std::move(st), round));

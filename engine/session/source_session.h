@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "engine/session/frame_sender.h"
+#include "engine/session/link_watch.h"
 #include "engine/session/liveness.h"
 #include "engine/session/mailbox.h"
 #include "engine/session/page_classifier.h"
@@ -82,6 +83,7 @@ class Source {
   Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
   Status SyncAll(uint64_t* dirty_bytes);
+  Status WatchLink();
   Status VerifyFull();
   Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what);
   Status Interrupted();
@@ -132,6 +134,16 @@ class Source {
   DirtyTracker* tracker_ = nullptr;
   bool tracking_ = false;
   bool switch_now_ = false;  // SourceOptions::switch_now said yes: the round in progress was cut short
+  // The in-round rule on a slow link (WatchLink): the link's rate, the last
+  // sample of it, the last dirty sync and what a sync within a round cost, a
+  // bitmap per region for those syncs, and how many in a row found the link too
+  // slow.
+  LinkWatch watch_;
+  Clock::TimePoint last_watch_{};
+  Clock::TimePoint last_sync_{};
+  Clock::Duration sync_cost_{0};
+  std::vector<DirtyBitmap> written_;
+  uint32_t too_slow_checks_ = 0;
   StepAt at_;                 // where the migration stands: a failure is reported here
   PolicyResult decision_;     // the switchover rule's last answer
   uint32_t final_round_ = 0;

@@ -44,7 +44,10 @@ using Json = nlohmann::ordered_json;
 struct VmRecord {
   std::string name;
   std::string device;          // the source's device spec (sim:..., proc:PID, ...)
-  std::string receive_device;  // the destination's spec when it differs ("" = device)
+  // The destination's spec when it differs ("" = device). "adopt:NAME": the
+  // receiving host starts its adopter NAME (AgentConfig::adopters), a process
+  // that waits to adopt the memory, and receives into it.
+  std::string receive_device;
   Json inventory;              // the planner's VM entry, without "host"
 };
 
@@ -53,6 +56,16 @@ struct VmRecord {
 struct GroupHooks {
   std::vector<std::string> start_replica;  // start a replacement replica here
   std::vector<std::string> drain;          // drain (stop serving) a replica here
+};
+
+// A command that starts a destination process for a proc (or cuda) VM: one that
+// waits in adopt mode (gm_shim_start_adopt) and, once it does, writes a line
+// "ready pid=PID" to its stdout, as gpumigrate-workload --adopt does. "{vm}"
+// and "{host}" in the command are replaced; "{pid}" in `device` becomes the
+// process that said it is ready, and that spec is the VM's device here after.
+struct Adopter {
+  std::vector<std::string> command;
+  std::string device = "proc:{pid}";
 };
 
 struct AgentConfig {
@@ -67,12 +80,16 @@ struct AgentConfig {
   // replaced), for the plan's power-off action (the VM's work is lost: only
   // where the policy allows it). Empty: power-off is refused, left to an operator.
   std::vector<std::string> power_off;
+  // "adopters": {"NAME": {"command": [...], "device": "proc:{pid}"}}, for VMs
+  // whose receive_device is "adopt:NAME".
+  std::map<std::string, Adopter> adopters;
 };
 
 // The configuration file (README "gpumigrate agent"): {"version": 1, "host":
 // {planner host entry}, "data_address": "...", "groups": [{planner group entry,
-// "hooks": {"start_replica": [...], "drain": [...]}}], "vms": [{planner VM entry
-// without "host", "device": "...", "receive_device": "..."}]}. It is checked
+// "hooks": {"start_replica": [...], "drain": [...]}}], "power_off": [...],
+// "adopters": {...}, "vms": [{planner VM entry without "host", "device": "...",
+// "receive_device": "..."}]}. It is checked
 // against the planner's own inventory rules (PLANNER.md).
 Result<AgentConfig> ParseAgentConfig(std::string_view json_text);
 
@@ -147,6 +164,9 @@ class Agent {
   int RunningJobs() const;
   Status FitsLocked(const VmRecord& rec) const;
   Result<Job*> StartLocked(std::unique_ptr<Job> job, const std::vector<std::string>& argv);
+  Result<Job*> RecordLocked(std::unique_ptr<Job> job);
+  Status LaunchLocked(Job& job, const std::vector<std::string>& argv);
+  Result<std::string> StartAdopter(std::unique_lock<std::mutex>& lock, Job& job, const std::string& name);
   std::string JobPath(int64_t id, const char* ext) const;
 
   AgentConfig config_;

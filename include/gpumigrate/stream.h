@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -27,6 +29,10 @@ class Stream {
   virtual Status WriteAll(std::span<const std::byte> data) = 0;
   virtual Status ReadExact(std::span<std::byte> out) = 0;
   virtual void Close() = 0;
+  // Bytes written that the peer has acknowledged (TCP: tcpi_bytes_acked), as a
+  // measure of what the link carried rather than what local buffers took;
+  // nullopt where the stream cannot tell (pipes, files, wrappers). Any thread.
+  virtual std::optional<uint64_t> BytesDelivered() const { return std::nullopt; }
 };
 
 // A connected pair of in-memory streams (what one writes the other reads), with

@@ -12,6 +12,22 @@
 //   - otherwise                                      -> another round
 // "Stopped shrinking": the last three rounds' dirty sets are all at least 90% of
 // the smallest dirty set seen before them. Pure: no clock, no I/O.
+//
+// Within a round, while the link limits it and is too slow to carry even the
+// whole device within max stun (session: WatchLink), a second rule
+// (DecideAtLinkRate) asks whether any stun at the link's present rate R can
+// stay within max stun. It takes the bytes of distinct pages the workload
+// wrote in an interval of t seconds, W(t). For writes that pile up no faster
+// than linearly (W(t)/t does not grow: a hot set rewritten, an append; not a
+// burst after a pause), let t* be where W(t*) = R*t*: a round T >= t* long
+// re-dirties W(T) bytes, and the next round, W(T)/R long, is shorter but never
+// shorter than W(t*)/R = t*. W(t) >= R*t means t* >= W(t)/R (for s between t
+// and W(t)/R, W(s) >= W(t) >= R*s), so no round, the last one (the stun)
+// included, can be shorter than W(t)/R, plus the device state's time.
+//   - W(t) >= R*t and that floor > max stun              -> abort now ("link too
+//       slow"), unless the policy switches anyway when not converging
+//   - otherwise                                           -> go on: the round
+//       ends as usual and the rule above decides at its boundary
 #pragma once
 
 #include <chrono>
@@ -44,8 +60,9 @@ struct PolicyInput {
 };
 
 enum class Decision { kContinue, kSwitchover, kAbort };
-enum class StopReason { kNone, kConverged, kNotShrinking, kRoundLimit };
-std::string_view StopReasonName(StopReason r);  // "converged", "not shrinking", "round limit"
+enum class StopReason { kNone, kConverged, kNotShrinking, kRoundLimit, kLinkTooSlow };
+// "converged", "not shrinking", "round limit", "link too slow"
+std::string_view StopReasonName(StopReason r);
 
 struct PolicyResult {
   Decision decision = Decision::kContinue;
@@ -55,6 +72,17 @@ struct PolicyResult {
 };
 
 PolicyResult DecideSwitchover(const PolicyInput& in);
+
+struct LinkRateInput {
+  SwitchoverLimits limits;
+  uint64_t written_bytes = 0;  // distinct pages written in the interval, in bytes
+  double interval_s = 0;       // t: the interval's length
+  double bandwidth_bytes_per_s = 0;       // R: the link now
+  double peak_bandwidth_bytes_per_s = 0;  // what it carried before (for the reason)
+  uint64_t device_state_bytes = 0;
+};
+// kAbort (stop kLinkTooSlow, predicted_stun_ms the floor) or kContinue.
+PolicyResult DecideAtLinkRate(const LinkRateInput& in);
 double PredictStunMs(uint64_t bytes, double bandwidth_bytes_per_s, std::chrono::nanoseconds fixed_cost);
 
 // The engine's bandwidth sample for the rule: bytes over time of the most

@@ -164,6 +164,8 @@ class UringTcpStream final : public Stream {
     if (!closed_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
   }
 
+  std::optional<uint64_t> BytesDelivered() const override { return TcpBytesAcked(fd_); }
+
  private:
   int fd_;
   std::string name_;

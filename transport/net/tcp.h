@@ -10,7 +10,9 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +27,10 @@ struct HostPort {
 };
 // "HOST:PORT" or "[V6]:PORT".
 Result<HostPort> ParseHostPort(std::string_view text);
+
+// tcpi_bytes_acked of a TCP socket (TCP_INFO, Linux 4.1+; linux/tcp.h, since
+// glibc's struct tcp_info stops short of it); nullopt when the kernel does not say.
+std::optional<uint64_t> TcpBytesAcked(int fd);
 
 // Wraps a connected socket (takes ownership of fd).
 Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name);

@@ -139,6 +139,10 @@ struct FakeChildren {
   };
   std::vector<Child> started;
   bool listen = true;  // a receive child writes its port file at once
+  // An adopter ("adopt-cmd ..."): what it writes to stdout at once, and whether
+  // it then ends (exit 1, its stderr saying why).
+  std::string adopter_out = "ready pid=777 role=adopt\n";
+  bool adopter_ends = false;
 };
 
 class FakeLauncher : public Launcher {
@@ -147,6 +151,15 @@ class FakeLauncher : public Launcher {
   Result<Started> Start(const std::vector<std::string>& argv, const std::string& out, const std::string& err,
                         const std::string& rc) override {
     c_->started.push_back({argv, out, err, rc, true});
+    if (!argv.empty() && argv[0] == "adopt-cmd") {
+      std::ofstream(out) << c_->adopter_out;
+      if (c_->adopter_ends) {
+        std::ofstream(err) << "workload: cannot map 64 MiB\n";
+        std::ofstream(rc) << 1 << "\n";
+        c_->started.back().alive = false;
+      }
+      return Started{static_cast<int64_t>(c_->started.size()), "t" + std::to_string(c_->started.size())};
+    }
     std::ofstream(err) << "round 0: 1 MB\n";
     for (size_t i = 0; i + 1 < argv.size(); ++i) {
       if (argv[i] == "--port-file" && c_->listen) std::ofstream(argv[i + 1]) << 4242 << "\n";
@@ -502,6 +515,99 @@ TEST_F(AgentTest, OldJobFilesAndAJobRecordedButNotStartedAreNeverTakenForResults
 }
 
 // The real launcher: the exit status outlives the agent, SIGTERM reaches the child.
+// A proc VM moves into a process the receiving host starts for it: its adopter.
+std::string WithAdopter() {
+  Json j = Parsed(kConfig);
+  j["adopters"] = Json::parse(R"({"w": {"command": ["adopt-cmd", "--name", "{vm}", "--on", "{host}"]}})");
+  return j.dump();
+}
+
+Json ProcIncoming() {
+  Json in = Json::parse(kIncoming);
+  in["device"] = "proc:4242";
+  in["receive_device"] = "adopt:w";
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  return in;
+}
+
+TEST(AgentConfig, ReadsAdoptersAndNamesWhatIsWrong) {
+  auto c = ParseAgentConfig(WithAdopter());
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_EQ(c->adopters.at("w").command[0], "adopt-cmd");
+  EXPECT_EQ(c->adopters.at("w").device, "proc:{pid}");
+  Json j = Parsed(kConfig);
+  for (auto [bad, want] : std::vector<std::pair<std::string, std::string>>{
+           {"[]", "adopters: expected an object"},
+           {R"({"w": {"command": "sh"}})", "adopters.w.command"},
+           {R"({"w": {"device": "cuda:{pid}"}})", "adopters.w.command: missing"},
+           {R"({"w": {"command": ["x"], "device": "proc:1"}})", "adopters.w.device: 'proc:1' names no {pid}"}}) {
+    j["adopters"] = Json::parse(bad);
+    auto r = ParseAgentConfig(j.dump());
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find(want), std::string::npos) << r.status().message();
+  }
+}
+
+TEST_F(AgentTest, AProcVmIsReceivedIntoTheProcessItsAdopterStarts) {
+  // Without the adopter here: refused, naming it, nothing started.
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", ProcIncoming()}})).find("needs the adopter 'w', which gpu-a does "
+                                                                           "not configure (it configures none)"),
+            std::string::npos);
+  EXPECT_TRUE(children_.started.empty());
+  Reopen(WithAdopter());
+  Json r = Call({{"op", "receive"}, {"vm", ProcIncoming()}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  ASSERT_EQ(children_.started.size(), 2u);
+  EXPECT_EQ(children_.started[0].argv, (std::vector<std::string>{"adopt-cmd", "--name", "llm-9", "--on", "gpu-a"}));
+  const auto& argv = children_.started[1].argv;
+  ASSERT_GE(argv.size(), 8u);
+  EXPECT_EQ(argv[1], "receive");
+  EXPECT_EQ(argv[7], "proc:777");  // the process that said it was ready
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["device"], "proc:777");
+  End(children_, 1, 0, R"({"outcome": "completed", "verified": true})");
+  Json inv = Call({{"op", "inventory"}});
+  ASSERT_EQ(inv["vms"].size(), 3u);
+  EXPECT_EQ(inv["vms"][2]["device"], "proc:777");         // where it runs now, to migrate it on
+  EXPECT_EQ(inv["vms"][2]["receive_device"], "adopt:w");  // and how the next host receives it
+  EXPECT_TRUE(children_.started[0].alive);                // the VM's process runs on
+  // After a restart too.
+  Reopen(WithAdopter());
+  EXPECT_EQ(Call({{"op", "inventory"}})["vms"][2]["device"], "proc:777");
+}
+
+TEST_F(AgentTest, AFailedReceiveStopsItsAdopter) {
+  Reopen(WithAdopter());
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", ProcIncoming()}})["ok"]);
+  End(children_, 1, 1, R"({"outcome": "failed"})");
+  EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["state"], "failed");
+  EXPECT_FALSE(children_.started[0].alive);
+  EXPECT_EQ(VmNames().size(), 2u);
+}
+
+TEST_F(AgentTest, AnAdopterThatIsNeverReadyFailsTheReceiveWithItsReason) {
+  Reopen(WithAdopter());
+  children_.adopter_out = "starting\n";
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", ProcIncoming()}}))
+                .find("the adopter 'w' for llm-9 on gpu-a said no \"ready pid=PID\" within 300 ms"),
+            std::string::npos);
+  ASSERT_EQ(children_.started.size(), 1u);  // no receive started
+  EXPECT_FALSE(children_.started[0].alive);
+  children_.adopter_ends = true;
+  EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", ProcIncoming()}}))
+                .find("ended before it was ready: workload: cannot map 64 MiB"),
+            std::string::npos);
+  ASSERT_EQ(children_.started.size(), 2u);
+  Json st = Call({{"op", "status"}});
+  EXPECT_EQ(st["jobs"][0]["state"], "failed");
+  EXPECT_EQ(st["jobs"][1]["state"], "failed");
+  EXPECT_EQ(VmNames().size(), 2u);
+  // The slot is free again: a receive that works now goes ahead.
+  children_.adopter_out = "ready pid=778\n";
+  children_.adopter_ends = false;
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", ProcIncoming()}})["ok"]);
+  EXPECT_EQ(children_.started.back().argv[7], "proc:778");
+}
+
 TEST(ProcessLauncher, WritesTheExitStatusAndForwardsKill) {
   const fs::path d = fs::temp_directory_path() / ("gm-launch-" + std::to_string(getpid()));
   fs::create_directories(d);

@@ -44,6 +44,25 @@ Pair Connect() {
   return p;
 }
 
+TEST(Tcp, CountsTheBytesThePeerAcknowledged) {
+  Pair p = Connect();
+  auto before = p.client->BytesDelivered();
+  ASSERT_TRUE(before.has_value()) << "TCP_INFO without tcpi_bytes_acked";
+  std::vector<std::byte> data(1 << 20, std::byte{5});
+  ASSERT_TRUE(p.client->WriteAll(data).ok());
+  std::vector<std::byte> got(data.size());
+  ASSERT_TRUE(p.server->ReadExact(got).ok());
+  // Read means received, and acknowledged soon after (delayed ACKs: well within a second).
+  uint64_t acked = 0;
+  for (int i = 0; i < 100 && acked < data.size(); ++i) {
+    acked = p.client->BytesDelivered().value_or(0) - *before;
+    if (acked < data.size()) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(acked, data.size());
+  auto [a, b] = MakePipe("pipe");
+  EXPECT_FALSE(a->BytesDelivered().has_value());  // a pipe cannot tell
+}
+
 TEST(Tcp, CarriesBytesBothWays) {
   Pair p = Connect();
   std::vector<std::byte> data(8 << 20);

@@ -102,3 +102,61 @@ TEST(SwitchoverPolicy, ZeroBandwidthNeverSwitchesOnPrediction) {
 
 }  // namespace
 }  // namespace gpumigrate
+
+namespace gpumigrate {
+namespace {
+
+LinkRateInput Collapsed() {
+  LinkRateInput in;
+  in.limits.downtime_target = 300ms;
+  in.limits.max_stun = 2s;
+  in.limits.fixed_cost = 2ms;
+  in.bandwidth_bytes_per_s = 250e3;  // 2 Mbit/s
+  in.peak_bandwidth_bytes_per_s = 25e6;
+  in.interval_s = 2;
+  return in;
+}
+
+TEST(LinkRatePolicy, AbortsWhenTheWorkloadWritesMoreThanTheLinkCarriesAndTheFloorExceedsMaxStun) {
+  LinkRateInput in = Collapsed();
+  in.written_bytes = 4'000'000;  // 4 MB in 2 s against 0.5 MB carried: the floor is 16 s
+  in.device_state_bytes = 250'000;
+  PolicyResult r = DecideAtLinkRate(in);
+  EXPECT_EQ(r.decision, Decision::kAbort);
+  EXPECT_EQ(r.stop, StopReason::kLinkTooSlow);
+  EXPECT_DOUBLE_EQ(r.predicted_stun_ms, 17'002.0);  // (4 MB + 0.25 MB) / 250 kB/s + 2 ms
+  EXPECT_NE(r.reason.find("exceeds max stun 2000 ms"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("250.00 KB/s"), std::string::npos) << r.reason;
+  EXPECT_EQ(StopReasonName(r.stop), "link too slow");
+}
+
+TEST(LinkRatePolicy, GoesOnWhenTheLinkStillCarriesMoreThanTheWorkloadWrites) {
+  LinkRateInput in = Collapsed();
+  in.written_bytes = 499'999;  // just under R*t: rounds can still shrink
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+  in.written_bytes = 500'000;  // R*t exactly: the floor is 2.002 s, over the 2 s
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kAbort);
+}
+
+TEST(LinkRatePolicy, GoesOnWhenTheFloorIsWithinMaxStunOrThePolicySwitchesAnyway) {
+  LinkRateInput in = Collapsed();
+  in.written_bytes = 400'000;
+  in.interval_s = 1;  // 0.4 MB in 1 s: floor 1.6 s, within 2 s
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+  in.written_bytes = 4'000'000;
+  in.limits.switch_when_not_converging = true;
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+}
+
+TEST(LinkRatePolicy, NoMeasureNoAbort) {
+  LinkRateInput in = Collapsed();
+  in.written_bytes = 4'000'000;
+  in.bandwidth_bytes_per_s = 0;
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+  in.bandwidth_bytes_per_s = 250e3;
+  in.interval_s = 0;
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+}
+
+}  // namespace
+}  // namespace gpumigrate

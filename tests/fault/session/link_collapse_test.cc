@@ -1,0 +1,128 @@
+// A link that collapses in the middle of a pre-copy round (WatchLink in
+// engine/session/source.cc, DecideAtLinkRate in gpumigrate/switchover.h): the
+// migration is aborted within the round, the source running with its memory
+// intact, when the workload writes more than the slow link carries; a workload
+// that writes less goes on and completes over the slow link.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "gpumigrate/local_migration.h"
+#include "gpumigrate/sim.h"
+#include "tests/fault/support_source_intact.h"
+
+namespace gpumigrate {
+namespace {
+
+using testing::ExpectSourceRunningAndIntact;
+using testing::WeightsHash;
+using namespace std::chrono_literals;
+
+// The source's data streams, together: `fast_rate` bytes/s for the first
+// `fast_for` of the migration, then `slow_rate`, as a tc rate cut would.
+struct Collapse {
+  using Time = std::chrono::steady_clock::time_point;
+  double fast_rate = 0, slow_rate = 0;
+  std::chrono::milliseconds fast_for{0};
+  Time start = std::chrono::steady_clock::now();
+  std::mutex mu;
+  Time next = start;  // when the link is free again
+  std::atomic<uint64_t> written{0};
+  std::atomic<bool> collapsed{false};
+  void Pace(size_t bytes) {
+    const Time now = std::chrono::steady_clock::now();
+    const bool slow = now - start >= fast_for;
+    if (slow) collapsed = true;
+    const auto cost = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(static_cast<double>(bytes) / (slow ? slow_rate : fast_rate)));
+    Time until;
+    {
+      std::lock_guard lk(mu);
+      next = std::max(next, now) + cost;
+      until = next;
+    }
+    std::this_thread::sleep_until(until);
+    written += bytes;
+  }
+};
+
+class CollapsingStream final : public Stream {
+ public:
+  CollapsingStream(std::unique_ptr<Stream> inner, Collapse& c) : inner_(std::move(inner)), c_(c) {}
+  std::string Name() const override { return inner_->Name(); }
+  Status WriteAll(std::span<const std::byte> data) override {
+    c_.Pace(data.size());
+    return inner_->WriteAll(data);
+  }
+  Status ReadExact(std::span<std::byte> out) override { return inner_->ReadExact(out); }
+  void Close() override { inner_->Close(); }
+
+ private:
+  std::unique_ptr<Stream> inner_;
+  Collapse& c_;
+};
+
+struct Trial {
+  std::unique_ptr<SimDevice> src, dst;
+  Collapse collapse;
+  LocalMigrationOptions opt;
+  uint64_t weights = 0;
+  explicit Trial(const char* spec_text, double slow_rate) {
+    SimSpec spec = *ParseSimSpec(spec_text);
+    src = *SimDevice::Create(spec, SimRole::kSource);
+    dst = *SimDevice::Create(spec, SimRole::kDestination);
+    std::this_thread::sleep_for(10ms);
+    collapse.start = collapse.next = std::chrono::steady_clock::now();
+    weights = WeightsHash(*src);
+    collapse.fast_rate = 10e6;  // 80 Mbit/s for 2.5 s: the peak the watch compares with
+    collapse.fast_for = 2500ms;
+    collapse.slow_rate = slow_rate;
+    opt.data_streams = 2;
+    opt.source.max_frame_payload_bytes = 64 << 10;  // short writes at the slow rate
+    opt.source.max_stun = 1s;
+    opt.source.downtime_target = 100ms;
+    opt.wrap_source_end = [this](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
+      if (index < 0) return s;  // the control stream stays fast: the cut is on the data's path
+      return std::make_unique<CollapsingStream>(std::move(s), collapse);
+    };
+  }
+};
+
+TEST(LinkCollapse, AWorkloadThatOutwritesTheSlowLinkIsAbortedWithinTheRound) {
+  // 64 MiB, 4 MiB rewritten every step: at 256 KB/s the rest of round 0 would
+  // take minutes, and the hot set alone 16 s of stun.
+  Trial r("sim:size=64MiB,static=0.9,hot=4MiB,kv_rate=0,page=64KiB,step=5ms,layers=4", 256e3);
+  auto res = MigrateLocally(*r.src, *r.dst, r.opt);
+  const std::string& why = res.source.status.message();
+  EXPECT_TRUE(r.collapse.collapsed.load());
+  EXPECT_EQ(res.source.outcome, Outcome::kAborted) << res.source.status.ToString();
+  EXPECT_EQ(res.source.status.code(), StatusCode::kAborted) << res.source.status.ToString();
+  EXPECT_NE(why.find("the link carries"), std::string::npos) << why;
+  EXPECT_NE(why.find("it carried"), std::string::npos) << why;  // the 10 MB/s before the cut
+  EXPECT_NE(why.find("exceeds max stun 1000 ms"), std::string::npos) << why;
+  EXPECT_NE(res.source.resolution.find("drain-and-replace"), std::string::npos) << res.source.resolution;
+  // Within round 0: no round was confirmed, and far less than the device was sent.
+  EXPECT_TRUE(res.source.rounds.empty()) << res.source.rounds.size() << " rounds";
+  EXPECT_LT(r.collapse.written.load(), uint64_t{40} << 20);
+  EXPECT_EQ(res.destination.outcome, Outcome::kAborted);
+  ExpectSourceRunningAndIntact(*r.src, r.weights);
+}
+
+TEST(LinkCollapse, AWorkloadThatWritesLessThanTheSlowLinkCarriesGoesOnAndCompletes) {
+  // 32 MiB, 64 KiB rewritten: a fifth of the rate, 2 MB/s, still carries that.
+  Trial r("sim:size=32MiB,static=0.9,hot=64KiB,kv_rate=0,page=64KiB,step=5ms,layers=4", 2e6);
+  auto res = MigrateLocally(*r.src, *r.dst, r.opt);
+  EXPECT_TRUE(r.collapse.collapsed.load());
+  ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
+  ASSERT_EQ(res.destination.outcome, Outcome::kCompleted) << res.destination.status.ToString();
+  ASSERT_TRUE(r.dst->SetState(DeviceState::kStop).ok());
+  auto check = r.dst->SelfCheck();
+  EXPECT_TRUE(check.ok()) << check.status().ToString();
+}
+
+}  // namespace
+}  // namespace gpumigrate
