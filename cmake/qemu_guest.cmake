@@ -33,13 +33,20 @@ void _start(void) { for (;;) ++gm_word; }" GPUMIGRATE_CC_M32_FREESTANDING)
   unset(CMAKE_REQUIRED_LINK_OPTIONS)
 
   set(elf "")
+  # GCC where installed, whatever compiles the rest (the clang ASan build): the
+  # guest's code and boot.S have been run as GCC makes them.
+  find_program(GPUMIGRATE_GUEST_CC gcc)
+  set(gm_guest_cc ${CMAKE_C_COMPILER})
+  if(GPUMIGRATE_GUEST_CC)
+    set(gm_guest_cc ${GPUMIGRATE_GUEST_CC})
+  endif()
   if(GPUMIGRATE_CC_M32_FREESTANDING)
     set(gm_guest ${PROJECT_SOURCE_DIR}/tests/qemu/guest)
     set(elf ${CMAKE_CURRENT_BINARY_DIR}/guest.elf)
     add_custom_command(OUTPUT ${elf}
-      COMMAND ${CMAKE_C_COMPILER} ${gm_guest_cflags} -c ${gm_guest}/boot.S -o guest-boot.o
-      COMMAND ${CMAKE_C_COMPILER} ${gm_guest_cflags} -c ${gm_guest}/kmain.c -o guest-kmain.o
-      COMMAND ${CMAKE_C_COMPILER} ${gm_guest_ldflags} -T ${gm_guest}/link.ld guest-boot.o guest-kmain.o -o ${elf}
+      COMMAND ${gm_guest_cc} ${gm_guest_cflags} -c ${gm_guest}/boot.S -o guest-boot.o
+      COMMAND ${gm_guest_cc} ${gm_guest_cflags} -c ${gm_guest}/kmain.c -o guest-kmain.o
+      COMMAND ${gm_guest_cc} ${gm_guest_ldflags} -T ${gm_guest}/link.ld guest-boot.o guest-kmain.o -o ${elf}
       DEPENDS ${gm_guest}/boot.S ${gm_guest}/kmain.c ${gm_guest}/link.ld
       WORKING_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}
       COMMENT "QEMU test guest: 32-bit Multiboot ELF"

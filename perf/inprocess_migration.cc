@@ -42,7 +42,9 @@ double MeasureMemcpy(size_t bytes, int reps) {
 }
 
 double MeasurePipe(size_t total, size_t chunk) {
-  auto [a, b] = MakePipe("bench", 8 << 20);
+  auto pipe = MakePipe("bench", 8 << 20);  // no structured binding: the lambda captures it (clang 14)
+  auto& a = pipe.first;
+  auto& b = pipe.second;
   std::vector<std::byte> src(chunk, std::byte{3}), dst(chunk);
   auto t = SteadyClock::now();
   std::thread writer([&] {

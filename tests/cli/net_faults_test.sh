@@ -9,9 +9,20 @@
 # corruption, and a dead link is found within the silence timeout. Every fault
 # must be seen to fire (the proxy's event log). Only 127.0.0.1; every process is
 # bounded by `timeout` (exit 124 there is a hang: a failure).
-# Usage: net_faults_test.sh path/to/gpumigrate
+# Usage: net_faults_test.sh path/to/gpumigrate [PART]
+#   PART: basic (sections 1-9), phase_TAG (section 10 at one phase: phase_handshake,
+#   phase_round_start_0, phase_round_start_1, phase_switchover, phase_prepare_sent,
+#   phase_commit_sent), resume (11), kill (12); all of them when left out. ctest
+#   runs each part as a test of its own (net_faults_PART), so that they run in
+#   parallel.
 set -uo pipefail
 bin=$1
+part=${2:-all}
+want() { [ "$part" = all ] || [ "$part" = "$1" ]; }
+case $part in
+  all|basic|resume|kill|phase_handshake|phase_round_start_0|phase_round_start_1|phase_switchover|phase_prepare_sent|phase_commit_sent) ;;
+  *) echo "net_faults_test.sh: unknown part '$part'" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")" && pwd)
 proxy="$here/../support/fault_proxy.py"
 tmp=$(mktemp -d)
@@ -96,6 +107,7 @@ within() {  # NAME SECONDS
 rolled_back='r["outcome"] == "aborted" and "RUNNING" in r["resolution"]'
 completed='r["outcome"] == "completed" and r["verified"]'
 
+if want basic; then
 # 1. Blackhole at the handshake: the source's TLS handshake and the receiver's
 #    join both end within their 3 s timeouts; nothing was sent.
 run bh_hs -- --conn 0 --fault blackhole --after-bytes 0
@@ -175,6 +187,8 @@ expect "bandwidth collapse: migrate" "$mrc" 0 1
 json_check "$tmp/collapse.json" "$completed"' or ('"$rolled_back"' and "silent" not in r["error"] and "no progress" not in r["error"])' \
   "bandwidth collapse: completed, or rolled back by the switchover rule, never taken for dead"
 
+fi  # basic
+
 # 10. Each network fault of the proxy at each phase of the protocol (handshake,
 #     round 0, a dirty round, the final round, Prepare, Commit), made exact by the
 #     source's test hook (GPUMIGRATE_TEST_SIGNAL_AT sends the proxy SIGUSR1 at the phase).
@@ -235,6 +249,7 @@ benign_run() {  # NAME FAULT-ARGS... ; uses $phase
 }
 for phase in handshake round-start:0 round-start:1 switchover prepare-sent commit-sent; do
   tag=${phase//[:-]/_}
+  want "phase_$tag" || continue
   phase_run "bh_$tag" --conn all --fault blackhole
   phase_run "stall_$tag" --conn 1 --fault stall
   phase_run "reset_$tag" --conn 1 --fault reset
@@ -246,6 +261,7 @@ for phase in handshake round-start:0 round-start:1 switchover prepare-sent commi
   benign_run "rate_$tag" --conn data --fault rate --rate 20000000
 done
 
+if want resume; then
 # 11. Resumable pre-copy (the default): a connection of the first join that
 #     breaks in round 0 or in a dirty round (a reset of a data stream, the
 #     control stream blackholed or truncated) is replaced by a new one (the
@@ -283,6 +299,10 @@ expect "reset mid round 0: migrate completes" "$mrc" 0
 json_check "$tmp/resume_mid_r0.json" "$resumed"' and r["resumptions"][0]["round"] == 0 and r["resumptions"][0]["saved_bytes"] >= 8 * 2**20' \
   "reset mid round 0: resumed, and the pages applied before the reset are not sent again"
 
+fi  # resume
+
+if want kill; then
+live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms --resume-window 20s)
 # 12. No proxy: the receiver SIGKILLed in pre-copy refuses connections, so the
 #     source gives up resuming within seconds (not the 20 s window) and runs on;
 #     the source SIGKILLed in pre-copy leaves the receiver waiting for its
@@ -314,5 +334,7 @@ expect "source killed: receive discards" "$rrc" 1
 json_check "$tmp/skill.recv.json" 'r["outcome"] == "aborted" and "did not resume" in r["error"]' \
   "source killed: the receiver waited for its window, then discarded"
 within "source killed" 10
+
+fi  # kill
 
 exit $fail

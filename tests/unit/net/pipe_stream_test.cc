@@ -18,7 +18,9 @@ std::vector<std::byte> Bytes(size_t n, uint8_t seed) {
 }
 
 TEST(Pipe, CarriesBytesInOrderThroughASmallBuffer) {
-  auto [a, b] = MakePipe("t", 1000);
+  auto pipe = MakePipe("t", 1000);  // no structured binding: lambdas capture these (clang 14)
+  auto& a = pipe.first;
+  auto& b = pipe.second;
   auto data = Bytes(100000, 3);
   std::thread writer([&] { ASSERT_TRUE(a->WriteAll(data).ok()); });
   std::vector<std::byte> got(data.size());
@@ -28,7 +30,9 @@ TEST(Pipe, CarriesBytesInOrderThroughASmallBuffer) {
 }
 
 TEST(Pipe, WriterBlocksWhenTheReaderIsSlow) {
-  auto [a, b] = MakePipe("t", 4096);
+  auto pipe = MakePipe("t", 4096);  // no structured binding: lambdas capture these (clang 14)
+  auto& a = pipe.first;
+  auto& b = pipe.second;
   std::atomic<bool> done{false};
   std::thread writer([&] {
     auto data = Bytes(10000, 1);
@@ -59,7 +63,8 @@ TEST(Pipe, CloseDeliversWhatWasWrittenThenEndOfStream) {
 }
 
 TEST(Pipe, CloseWakesABlockedReader) {
-  auto [a, b] = MakePipe("t", 4096);
+  auto pipe = MakePipe("t", 4096);  // no structured binding: lambdas capture these (clang 14)
+  auto& b = pipe.second;
   std::thread closer([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     b->Close();

@@ -256,7 +256,9 @@ TEST(FrameSender, TheFirstWriteErrorNamesStreamAndFrameAndSticks) {
 }
 
 TEST(FrameSender, RateCapSleepsOnTheClock) {
-  auto [w, r] = MakePipe("d0");
+  auto pipe = MakePipe("d0");  // no structured binding: lambdas capture these (clang 14)
+  auto& w = pipe.first;
+  auto& r = pipe.second;
   FakeClock clock;
   // 1000 B/s; the burst is the limiter's default (4 MiB), so 4 MiB + 1000 bytes
   // of frames take exactly one fake second.
