@@ -159,6 +159,13 @@ void kmain(uint32_t magic, const uint32_t* mbi) {
   puts_e9("M dev="); puthex(dev_base); putc_e9('+'); putu(dev_mb);
   puts_e9("M period="); putu(period); puts_e9(" every="); putu(every); putc_e9('\n');
   for (;;) {
+    /* Drop the TLB entry of pass's page before writing pass: under TCG, QEMU 7.2
+     * (before upstream 03bfc2188f, QEMU 9.0) clears a page's migration dirty bit
+     * without re-arming a TLB entry that already allows writes, so stores through
+     * that entry are not tracked and the destination could get the page as it was
+     * before the store (pass counted again: every page "bad"). The store below
+     * fills a fresh entry, which honours the page's current dirty bit. */
+    __asm__ volatile("invlpg %0" : : "m"(pass) : "memory");
     ++pass;
     uint32_t ram_bad = sweep(RAM_BASE, ram_mb * (MIB / PAGE), pass);
     uint32_t dev_bad = sweep(dev_base, dev_mb * (MIB / PAGE), pass);
