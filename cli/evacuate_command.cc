@@ -489,8 +489,11 @@ class Evacuation {
         (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, detail);
         (void)store_->Release(r.reservation);
         Finish({r.a.vm, action, r.target, "failed", detail, r.a.predicted_stun_ms}, true);
-        const std::string error = j.contains("report") && j["report"].is_object() ? j["report"].value("error", "") : "";
-        if ((error + " " + detail).find("exceeds max stun") != std::string::npos) fleet_.LearnStunTooLong(r.a.vm);
+        // The engine's own verdict (its report's drain_recommended), not the words of its error: a stun over
+        // max stun, a link too slow for the workload, or a time budget it cannot meet.
+        if (j.contains("report") && j["report"].is_object() && j["report"].value("drain_recommended", false)) {
+          fleet_.LearnStunTooLong(r.a.vm);
+        }
         if (!fleet_.Reachable(r.target)) fleet_.MarkUnreachable(r.target);
         *replan_why = fmt::format("{} failed: {}", r.a.vm, detail);
         return true;

@@ -16,6 +16,9 @@ void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams) {
                 "If rounds stop shrinking: switch over when the predicted stun is within this, else abort and "
                 "recommend drain-and-replace")
       ->capture_default_str();
+  c->add_option("--max-total", f.max_total,
+                "Time budget of the whole migration, stun included: abort (the source runs on) as soon as even the "
+                "best case at the link's measured rate would end after it (default: none)");
   c->add_option("--max-rounds", f.max_rounds, "Most pre-copy rounds before the max-stun rule applies")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
@@ -45,6 +48,10 @@ Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
   SourceOptions o;
   GM_ASSIGN_OR_RETURN(o.downtime_target, ParseDuration(f.downtime_target));
   GM_ASSIGN_OR_RETURN(o.max_stun, ParseDuration(f.max_stun));
+  if (!f.max_total.empty()) {
+    GM_ASSIGN_OR_RETURN(o.max_total, ParseDuration(f.max_total));
+    if (o.max_total.count() <= 0) return InvalidArgument("--max-total: must be more than zero");
+  }
   o.max_rounds = f.max_rounds;
   o.verify_full = f.verify == "full";
   GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));

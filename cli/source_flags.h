@@ -21,6 +21,7 @@ struct SourceFlags {
   uint32_t streams = DefaultStreams();
   std::string downtime_target = "300ms";
   std::string max_stun = "100s";
+  std::string max_total;  // empty: no budget
   uint32_t max_rounds = 30;
   std::string bandwidth;  // empty: unlimited
   std::string codec = "none";

@@ -138,7 +138,7 @@ const std::map<std::string, std::string>& MigrateOptions() {
   static const std::map<std::string, std::string> m = {
       {"max_stun", "--max-stun"}, {"downtime_target", "--downtime-target"}, {"bandwidth", "--bandwidth"},
       {"streams", "--streams"},   {"codec", "--codec"},                     {"warmup", "--warmup"},
-      {"max_rounds", "--max-rounds"}, {"resume_window", "--resume-window"}};
+      {"max_rounds", "--max-rounds"}, {"resume_window", "--resume-window"}, {"max_total", "--max-total"}};
   return m;
 }
 
@@ -330,6 +330,12 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
     if (!r.is_discarded() && r.is_object()) job.report = r;
   }
   const std::string last = LastLine(JobPath(job.id, "err"));
+  // Why a migration failed: its report's error where it printed one (the last
+  // line of its stderr is often a progress line).
+  const std::string why = job.report.is_object() && job.report.contains("error") && job.report["error"].is_string() &&
+                                  !job.report["error"].get<std::string>().empty()
+                              ? job.report["error"].get<std::string>()
+                              : last;
   auto remove_vm = [&] {
     std::erase_if(vms_, [&](const VmRecord& v) { return v.name == job.vm; });
   };
@@ -340,10 +346,10 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       remove_vm();
     } else if (rc == 1 || rc == 2 || rc == 126 || rc == 127) {  // 126/127: the shell could not run it
       job.state = "failed";
-      job.detail = fmt::format("rolled back, {} runs here: {}", job.vm, last);
+      job.detail = fmt::format("rolled back, {} runs here: {}", job.vm, why);
     } else {
       job.state = rc ? "in-doubt" : "lost";
-      job.detail = rc ? fmt::format("in doubt (exit {}): {}", *rc, last)
+      job.detail = rc ? fmt::format("in doubt (exit {}): {}", *rc, why)
                       : "the migrating process ended without an exit status (killed?)";
       held_[job.vm] = fmt::format("job {}: {}; resolve with `gpumigrate resume` or `release` on the source, then "
                                   "the agent's resolve request",

@@ -20,6 +20,7 @@ std::string_view StopReasonName(StopReason r) {
     case StopReason::kNotShrinking: return "not shrinking";
     case StopReason::kRoundLimit: return "round limit";
     case StopReason::kLinkTooSlow: return "link too slow";
+    case StopReason::kOverBudget: return "over budget";
   }
   return "none";
 }

@@ -85,15 +85,36 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   if (!wire_payload.empty()) std::memcpy(frame.data() + header.size(), wire_payload.data(), wire_payload.size());
   std::memcpy(frame.data() + header.size() + wire_payload.size(), tag.data(), tag.size());
   const uint64_t total = frame.size();
-  limiter_.Acquire(static_cast<double>(total));
+  // The rate cap (an emulated slower link): its wait is the link's, so it
+  // counts as busy time, and the wait hook is called during it as during a
+  // wait for room.
+  if (limiter_.enabled()) {
+    const Clock::TimePoint until = limiter_.Reserve(static_cast<double>(total));
+    {
+      std::lock_guard lk(mu_);
+      capped_since_ = clock_.Now();
+      capping_ = true;
+    }
+    Status hook;
+    for (Clock::TimePoint now = clock_.Now(); now < until && hook.ok(); now = clock_.Now()) {
+      clock_.SleepUntil(std::min<Clock::TimePoint>(until, now + kWaitHookPeriod));
+      if (wait_hook_ && clock_.Now() < until) hook = wait_hook_();
+    }
+    {
+      std::lock_guard lk(mu_);
+      capped_ += clock_.Now() - capped_since_;
+      capping_ = false;
+    }
+    GM_RETURN_IF_ERROR(hook);
+  }
   {
     std::unique_lock lk(mu_);
     Lane& lane = lanes_[s];
     // Backpressure: wait for room in this stream's budget (a frame larger than the
     // budget goes alone).
-    cv_.wait(lk, [&] {
+    GM_RETURN_IF_ERROR(WaitCallingHook(lk, [&] {
       return !error_.ok() || lane.queued_bytes == 0 || lane.queued_bytes + total <= kLaneBudgetBytes;
-    });
+    }));
     if (!error_.ok()) return error_;
     lane.queued_bytes += total;
     if (in_flight_++ == 0) busy_since_ = clock_.Now();
@@ -111,32 +132,52 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
 FrameSender::LinkSample FrameSender::Link() {
   // What the peers acknowledged, where every stream can tell (TCP): a socket's
   // buffers take megabytes at once, which says nothing of the link's rate.
-  uint64_t delivered = 0;
-  bool all = true;
+  uint64_t delivered = 0, unsent = 0;
+  bool all = true, all_unsent = true;
   for (const Lane& l : lanes_) {
     auto d = l.stream->BytesDelivered();
     if (!d) all = false;
     delivered += d.value_or(0);
+    auto u = l.stream->BytesUnsent();
+    if (!u) all_unsent = false;
+    unsent += u.value_or(0);
   }
   std::lock_guard lk(mu_);
   LinkSample s;
   s.at = clock_.Now();
-  s.busy = busy_ + (in_flight_ > 0 ? s.at - busy_since_ : Clock::Duration{0});
+  s.busy = busy_ + capped_ + (in_flight_ > 0 ? s.at - busy_since_ : Clock::Duration{0}) +
+           (capping_ ? s.at - capped_since_ : Clock::Duration{0});
   s.written = all ? delivered : written_;
   s.delivered = all;
+  if (all_unsent) s.unsent = unsent;
   return s;
 }
 
 Status FrameSender::Flush() {
   std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] {
+  GM_RETURN_IF_ERROR(WaitCallingHook(lk, [&] {
     if (!error_.ok()) return true;
     for (const auto& l : lanes_) {
       if (!l.queue.empty() || l.busy) return false;
     }
     return true;
-  });
+  }));
   return error_;
+}
+
+template <class Pred>
+Status FrameSender::WaitCallingHook(std::unique_lock<std::mutex>& lk, Pred ready) {
+  if (!wait_hook_) {
+    cv_.wait(lk, ready);
+    return Status::Ok();
+  }
+  while (!cv_.wait_for(lk, kWaitHookPeriod, ready)) {
+    lk.unlock();
+    Status st = wait_hook_();
+    lk.lock();
+    GM_RETURN_IF_ERROR(st);
+  }
+  return Status::Ok();
 }
 
 }  // namespace gpumigrate

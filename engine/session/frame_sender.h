@@ -13,16 +13,23 @@
 // Link() says how the streams are doing: the bytes their peers acknowledged
 // so far (Stream::BytesDelivered, where every stream can tell; else the bytes
 // written to them) and how long at least one frame has been waiting or being
-// written (busy). A window of samples that is busy throughout measured the link
+// written, or Send() waited on the rate cap (busy). A window of samples that is busy throughout measured the link
 // (the streams had work all along), not the producer; LinkWatch
 // (link_watch.h) reads them.
+//
+// A Send() or Flush() that waits for room (a slow link) calls the wait hook
+// (SetWaitHook) every kWaitHookPeriod, on the caller's thread and under no lock
+// of the sender's, so the owner can judge the link while it waits; an error
+// from the hook ends the wait and is returned.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -38,6 +45,7 @@ namespace gpumigrate {
 class FrameSender {
  public:
   static constexpr size_t kLaneBudgetBytes = 4 << 20;
+  static constexpr std::chrono::milliseconds kWaitHookPeriod{100};
 
   // `clock` (for the rate cap) is borrowed and must outlive the sender.
   FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s, Clock& clock);
@@ -52,6 +60,9 @@ class FrameSender {
   // While pinned, frames go on the first stream (so they arrive in the order
   // sent) and the round-robin does not advance.
   void PinFirstStream(bool pin) { pinned_ = pin; }
+  // Called while Send() or Flush() waits for room or for the streams (above);
+  // empty: none. Set from the thread that calls Send.
+  void SetWaitHook(std::function<Status()> hook) { wait_hook_ = std::move(hook); }
   // Waits until every queued frame has been handed to its stream.
   Status Flush();
 
@@ -64,9 +75,14 @@ class FrameSender {
 
   struct LinkSample {
     Clock::TimePoint at{};
-    Clock::Duration busy{0};  // time with a frame queued or being written, since construction
+    Clock::Duration busy{0};  // time with a frame queued or being written, or waiting on the rate cap, since construction
     uint64_t written = 0;     // bytes the peers acknowledged (or the streams took), since construction
     bool delivered = false;   // `written` is what the peers acknowledged
+    // Bytes the streams hold that the link has not taken yet (TCP: written to
+    // the socket but not sent, tcpi_notsent_bytes), summed; nullopt where a
+    // stream cannot tell. Data waiting there means the link, not the producer,
+    // sets the pace, even when no frame waits in the sender itself.
+    std::optional<uint64_t> unsent;
   };
   LinkSample Link();  // any thread
 
@@ -79,6 +95,10 @@ class FrameSender {
     std::thread thread;
   };
   void Run(size_t lane);
+  // Waits on cv_ until `ready`, calling the wait hook every kWaitHookPeriod (with
+  // lk released); an error from the hook ends the wait.
+  template <class Pred>
+  Status WaitCallingHook(std::unique_lock<std::mutex>& lk, Pred ready);
 
   std::unique_ptr<FrameProtector> protector_;
   std::vector<std::byte> sealed_;
@@ -88,6 +108,7 @@ class FrameSender {
   std::vector<uint64_t> stream_bytes_;
   size_t next_stream_ = 0;
   bool pinned_ = false;
+  std::function<Status()> wait_hook_;
   std::atomic<uint64_t> bytes_{0};
   RateLimiter limiter_;
   Clock& clock_;
@@ -102,6 +123,11 @@ class FrameSender {
   size_t in_flight_ = 0;
   Clock::TimePoint busy_since_{};
   Clock::Duration busy_{0};
+  // Time Send() waited on the rate cap (the emulated link's pace), and since
+  // when it waits now.
+  Clock::Duration capped_{0};
+  Clock::TimePoint capped_since_{};
+  bool capping_ = false;
   uint64_t written_ = 0;
 };
 

@@ -9,6 +9,7 @@ void LinkWatch::RoundStarted(const FrameSender::LinkSample& s) {
   samples_.push_back(s);
   rate_.reset();
   busy_ = false;
+  backlogged_ = false;
 }
 
 void LinkWatch::Sample(const FrameSender::LinkSample& s) {
@@ -29,6 +30,8 @@ void LinkWatch::Sample(const FrameSender::LinkSample& s) {
   if (span < kWindow) return;
   rate_ = rate;
   busy_ = std::chrono::duration<double>(s.busy - first.busy).count() >= kBusyFraction * seconds;
+  backlogged_ = std::all_of(samples_.begin(), samples_.end(),
+                            [](const FrameSender::LinkSample& x) { return x.unsent.value_or(0) > 0; });
 }
 
 }  // namespace gpumigrate

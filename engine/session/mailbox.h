@@ -123,8 +123,12 @@ class Mailbox {
   // Next message, or the recorded failure, or kDeadlineExceeded, or kAborted when
   // `cancel` becomes true. `hard_deadline`: the deadline holds even with liveness
   // (a wait that is not on the peer's work, e.g. for it to close).
+  // `while_waiting` (borrowed; may be null) is called between polls, under no
+  // lock of the mailbox's, at most every kPollInterval: an error from it ends
+  // the wait and is returned.
   Result<wire::v1::Envelope> Next(Clock::TimePoint deadline, const std::atomic<bool>* cancel,
-                                  const char* waiting_for, bool hard_deadline = false) {
+                                  const char* waiting_for, bool hard_deadline = false,
+                                  const std::function<Status()>* while_waiting = nullptr) {
     std::unique_lock lk(mu_);
     while (true) {
       if (!queue_.empty()) {
@@ -134,6 +138,12 @@ class Mailbox {
       }
       GM_RETURN_IF_ERROR(Stopped(deadline, cancel, waiting_for, hard_deadline));
       WaitALittle(lk, deadline);
+      if (while_waiting != nullptr && *while_waiting && queue_.empty()) {
+        lk.unlock();
+        Status st = (*while_waiting)();
+        lk.lock();
+        GM_RETURN_IF_ERROR(st);
+      }
     }
   }
 

@@ -24,13 +24,23 @@ class RateLimiter {
 
   void Acquire(double bytes) {
     if (rate_ <= 0) return;
-    Refill();
-    tokens_ -= bytes;
-    if (tokens_ < 0) {
-      clock_.SleepUntil(clock_.Now() + std::chrono::duration_cast<Clock::Duration>(
-                                             std::chrono::duration<double>(-tokens_ / rate_)));
+    const Clock::TimePoint until = Reserve(bytes);
+    if (until > clock_.Now()) {
+      clock_.SleepUntil(until);
       Refill();
     }
+  }
+
+  // Takes `bytes` now and says when they may go (now, or later once the
+  // tokens they overdraw have come back); the caller waits until then, in
+  // slices if it has other work to do meanwhile.
+  Clock::TimePoint Reserve(double bytes) {
+    const Clock::TimePoint now = clock_.Now();
+    if (rate_ <= 0) return now;
+    Refill();
+    tokens_ -= bytes;
+    if (tokens_ >= 0) return now;
+    return now + std::chrono::duration_cast<Clock::Duration>(std::chrono::duration<double>(-tokens_ / rate_));
   }
 
  private:

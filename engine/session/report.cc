@@ -97,6 +97,8 @@ std::string ReportToJson(const MigrationReport& r) {
     j["predicted_stun_ms"] = nullptr;
   }
   j["switchover_reason"] = r.switchover_reason;
+  j["stop_reason"] = std::string(StopReasonName(r.stop_reason));
+  j["drain_recommended"] = r.drain_recommended;
   j["compression_ratio"] = Round3(r.compression_ratio);
   nlohmann::ordered_json codecs = nlohmann::ordered_json::array();
   for (const auto& c : r.codecs) {

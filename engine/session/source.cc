@@ -74,8 +74,10 @@ Status Source::Interrupted() {
   return Status::Ok();
 }
 
-Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what) {
-  GM_ASSIGN_OR_RETURN(v1::Envelope env, box_->Next(clock_.Now() + opt_.peer_timeout, opt_.cancel, what));
+Result<v1::Envelope> Source::Await(v1::Envelope::MsgCase want, const char* what,
+                                   const std::function<Status()>* while_waiting) {
+  GM_ASSIGN_OR_RETURN(v1::Envelope env,
+                      box_->Next(clock_.Now() + opt_.peer_timeout, opt_.cancel, what, false, while_waiting));
   if (env.has_abort()) {
     return Aborted(fmt::format("destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
   }
@@ -146,6 +148,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   for (size_t i = 0; i < regions_.size(); ++i) total += sets_[i].Count() * regions_[i].page_size;
   rr.dirty_bytes = total;
   uint64_t done = 0;
+  round_left_bytes_ = total;
   uint64_t sent_before = sender_->bytes_sent();
   const Phase phase = rr.final ? Phase::kSwitchover : Phase::kRoundStart;
   PageClassifier pages;  // zero-page elision and per-page hashes, chunk by chunk
@@ -204,6 +207,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         tracker_->NoteSent(r.id, p, pages.hashes());  // a hashing tracker compares with what was sent
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);  // pages left set go in a later round
         done += n * ps;
+        round_left_bytes_ = total > done ? total - done : 0;
         p += n;
         ReportProgress(phase, round, total, done, false);
         if (!rr.final) GM_RETURN_IF_ERROR(WatchLink());
@@ -214,10 +218,12 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
     if (switch_now_ && !rr.final) break;
   }
   rr.bytes = sender_->bytes_sent() - sent_before;
+  round_left_bytes_ = 0;
   return Status::Ok();
 }
 
 Status Source::SyncAll(uint64_t* dirty_bytes) {
+  MergeWritten();
   *dirty_bytes = 0;
   for (size_t i = 0; i < regions_.size(); ++i) {
     GM_RETURN_IF_ERROR(tracker_->Sync(regions_[i].id, sets_[i]).WithContext("dirty sync"));
@@ -227,42 +233,83 @@ Status Source::SyncAll(uint64_t* dirty_bytes) {
   return Status::Ok();
 }
 
-// Within a pre-copy round, after each page run: whether the link, at the rate
-// it carries this round now, can still bring the stun within max stun, so that
-// a link that collapsed (or was too slow all along) for this workload aborts
-// the migration here, the source running on, and not at the end of a round
-// that may take minutes at that rate. Only while the link is what limits the
-// round (LinkWatch::LinkBound) and even the whole device would not fit in max
-// stun at that rate (else no floor can exceed it): then, a window after the
-// last dirty sync (or ten times that sync's own cost, whichever is longer), a
-// sync measures what the workload wrote since (into written_, then added to
-// the pages to send: those behind this round's cursor go next round, as any
-// page dirtied during a round) and DecideAtLinkRate judges. Two such checks in
-// a row that say no abort; one (a dip) does not.
+// Within a pre-copy round: whether the link, at the rate it carries this round
+// now, can still bring the stun within max stun, so that a link that collapsed
+// (or was too slow all along) for this workload aborts the migration here, the
+// source running on, and not at the end of a round that may take minutes at
+// that rate. Judged after each page run (WatchLink) and, every
+// FrameSender::kWaitHookPeriod, while the session waits on the link (a Send or
+// Flush waiting for room, the wait for RoundApplied): at a collapsed rate one
+// frame may take seconds to leave. Only while the link is what limits the round
+// (LinkWatch::LinkBound) and even the whole device would not fit in max stun at
+// that rate (else no floor can exceed it): then, kLinkCheckInterval after the
+// last dirty sync (or ten times that sync's own cost, whichever is longer, so a
+// hashing tracker stays under 10% of the time), a sync measures what the
+// workload wrote since (into written_, then pending_: those pages join the pages
+// to send at the next page-run boundary, as any page dirtied during a round)
+// and DecideAtLinkRate judges. Two such checks in a row that say no abort; one
+// (a dip) does not.
+namespace {
+constexpr std::chrono::milliseconds kLinkCheckInterval{1000};
+}  // namespace
+
 Status Source::WatchLink() {
+  MergeWritten();
+  return JudgeLink();
+}
+
+void Source::MergeWritten() {
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    sets_[i].OrWith(pending_[i]);
+    pending_[i].ClearAll();
+  }
+}
+
+Status Source::JudgeLink() {
   const auto now = clock_.Now();
   if (now - last_watch_ < std::chrono::milliseconds(50)) return Status::Ok();  // samples closer add nothing
   last_watch_ = now;
-  watch_.Sample(sender_->Link());
+  const FrameSender::LinkSample link = sender_->Link();
+  watch_.Sample(link);
+  if (!watch_.LinkBound()) {
+    too_slow_checks_ = 0;
+    return Status::Ok();
+  }
   const SwitchoverLimits limits = opt_.Limits();
   const uint64_t state_bytes = dev_.PendingEstimate().stop_copy_bytes;
-  if (!watch_.LinkBound() || limits.switch_when_not_converging ||
-      PredictStunMs(report_.device_bytes + state_bytes, *watch_.rate(), limits.fixed_cost) <=
-          std::chrono::duration<double, std::milli>(limits.max_stun).count()) {
+  const double rate = *watch_.rate();
+  // This round's bytes the link has not carried: pages not sent yet, and what
+  // the sender and the streams hold.
+  const uint64_t sent = sender_->bytes_sent();
+  const uint64_t round_left = round_left_bytes_ + (sent > link.written ? sent - link.written : 0);
+  const double elapsed_s = MsBetween(t0_, now) / 1e3;
+  // Neither rule can say no while even the whole device fits (in max stun, in
+  // what is left of the budget) at this rate: no sync needed.
+  const double whole_s = static_cast<double>(report_.device_bytes + state_bytes) / rate;
+  const bool stun_may_fail = !limits.switch_when_not_converging &&
+                             PredictStunMs(report_.device_bytes + state_bytes, rate, limits.fixed_cost) >
+                                 std::chrono::duration<double, std::milli>(limits.max_stun).count();
+  const bool budget_may_fail =
+      limits.max_total.count() > 0 &&
+      elapsed_s + static_cast<double>(round_left) / rate + whole_s > std::chrono::duration<double>(limits.max_total).count();
+  if (!stun_may_fail && !budget_may_fail) {
     too_slow_checks_ = 0;
     return Status::Ok();
   }
   const auto since = now - last_sync_;
-  if (since < std::max<Clock::Duration>(LinkWatch::kWindow, 10 * sync_cost_)) return Status::Ok();
+  if (since < std::max<Clock::Duration>(kLinkCheckInterval, 10 * sync_cost_)) return Status::Ok();
   if (written_.empty()) {
-    for (const auto& r : regions_) written_.emplace_back(r.pages());
+    for (const auto& r : regions_) {
+      written_.emplace_back(r.pages());
+      pending_.emplace_back(r.pages());
+    }
   }
   uint64_t written = 0;
   for (size_t i = 0; i < regions_.size(); ++i) {
     written_[i].ClearAll();
     GM_RETURN_IF_ERROR(tracker_->Sync(regions_[i].id, written_[i]).WithContext("dirty sync"));
     written += written_[i].Count() * regions_[i].page_size;
-    sets_[i].OrWith(written_[i]);
+    pending_[i].OrWith(written_[i]);
   }
   last_sync_ = clock_.Now();
   sync_cost_ = last_sync_ - now;
@@ -270,9 +317,12 @@ Status Source::WatchLink() {
   in.limits = limits;
   in.written_bytes = written;
   in.interval_s = std::chrono::duration<double>(since).count();
-  in.bandwidth_bytes_per_s = *watch_.rate();
+  in.bandwidth_bytes_per_s = rate;
   in.peak_bandwidth_bytes_per_s = watch_.peak();
   in.device_state_bytes = state_bytes;
+  in.elapsed_s = elapsed_s;
+  in.round_left_bytes = round_left;
+  in.round = at_.round;
   PolicyResult d = DecideAtLinkRate(in);
   if (d.decision != Decision::kAbort) {
     too_slow_checks_ = 0;
@@ -363,7 +413,11 @@ void Source::RollBack(Status st) {
                            : fmt::format("the source is RUNNING, but {}; the destination discarded what it received",
                                          lost);
   if (decision_.decision == Decision::kAbort) {
-    report_.resolution += "; live migration will not converge at this bandwidth: drain-and-replace recommended";
+    report_.drain_recommended = true;
+    report_.resolution += decision_.stop == StopReason::kOverBudget
+                              ? "; live migration cannot end within its time budget at this bandwidth: "
+                                "drain-and-replace recommended"
+                              : "; live migration will not converge at this bandwidth: drain-and-replace recommended";
   }
 }
 
@@ -491,13 +545,26 @@ Status Source::RunRound(uint32_t round) {
   auto rs = clock_.Now();
   const uint64_t sent_before = sender_->bytes_sent();
   watch_.RoundStarted(sender_->Link());
-  // Round 0 skips what the destination holds (zeros, or an earlier part's pages),
-  // and so does the round that carries on after a resumption.
-  GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound() || round == resumed_round_, rr));
+  // The link is judged while this round's pages are sent and while the
+  // destination takes the last of them (JudgeLink), not while the device's
+  // own state is read.
+  struct Watching {
+    bool& on;
+    explicit Watching(bool& w) : on(w) { on = true; }
+    ~Watching() { on = false; }
+  };
+  {
+    Watching w(watching_);
+    // Round 0 skips what the destination holds (zeros, or an earlier part's pages),
+    // and so does the round that carries on after a resumption.
+    GM_RETURN_IF_ERROR(SendSet(round, round == FirstRound() || round == resumed_round_, rr));
+  }
   GM_RETURN_IF_ERROR(state_->SendAvailable(round));  // a streaming device's pre-copy state
   rr.bytes = sender_->bytes_sent() - sent_before;    // the rule's bandwidth sample counts both
   GM_RETURN_IF_ERROR(writer_->Send(wire::MakeRoundEnd(round, sender_->frames_per_stream())));
-  GM_ASSIGN_OR_RETURN(v1::Envelope applied, Await(v1::Envelope::kRoundApplied, "RoundApplied"));
+  Watching w(watching_);
+  const std::function<Status()> judge = [this] { return JudgeLink(); };
+  GM_ASSIGN_OR_RETURN(v1::Envelope applied, Await(v1::Envelope::kRoundApplied, "RoundApplied", &judge));
   if (applied.round_applied().round() != round) {
     // A confirmation of another round (a duplicate) must not pass for this one's.
     return Corrupt(fmt::format("protocol error: RoundApplied for round {} while round {} was awaited",
@@ -540,9 +607,11 @@ Status Source::PreCopy() {
   uint32_t held = 0;  // rounds run because may_switch held the switchover: not counted toward max_rounds
   for (uint32_t round = FirstRound();; ++round) {
     if (Status st = RunRound(round); !st.ok()) {
-      if (decision_.stop == StopReason::kLinkTooSlow) {  // WatchLink: the link cannot carry this workload now
+      if (decision_.stop == StopReason::kLinkTooSlow || decision_.stop == StopReason::kOverBudget) {
+        // JudgeLink: the link cannot carry this workload now, or not within the budget
         report_.predicted_stun_ms = decision_.predicted_stun_ms;
         report_.switchover_reason = decision_.reason;
+        report_.stop_reason = decision_.stop;
         final_round_ = round + 1;
         return Status::Ok();
       }
@@ -567,6 +636,7 @@ Status Source::PreCopy() {
     if (decision_.decision != Decision::kContinue) {
       report_.predicted_stun_ms = decision_.predicted_stun_ms;
       report_.switchover_reason = decision_.reason;
+      report_.stop_reason = decision_.stop;
       final_round_ = round + 1;
       return Status::Ok();
     }

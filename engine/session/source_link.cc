@@ -28,6 +28,12 @@ void Source::StartLink() {
     keys.aes_key = *aes_key_;
   }
   sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
+  // While a pre-copy round waits on the link: a cancel is seen, and the link judged.
+  sender_->SetWaitHook([this]() -> Status {
+    if (!watching_) return Status::Ok();
+    GM_RETURN_IF_ERROR(Interrupted());
+    return JudgeLink();
+  });
   state_ = std::make_unique<StateStreamSender>(dev_, *sender_, opt_.max_frame_payload_bytes);
   reader_ = std::make_unique<ControlReader>(streams_.control, box_.get(), [this](const v1::Abort&) {
     // Stop sending at once; Teardown picks up the reason from the mailbox.

@@ -84,8 +84,11 @@ class Source {
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
   Status SyncAll(uint64_t* dirty_bytes);
   Status WatchLink();
+  Status JudgeLink();
+  void MergeWritten();
   Status VerifyFull();
-  Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what);
+  Result<v1::Envelope> Await(v1::Envelope::MsgCase want, const char* what,
+                             const std::function<Status()>* while_waiting = nullptr);
   Status Interrupted();
   Status Explain(Status st);
   void EnterPhase(Phase p, uint32_t round) {
@@ -134,16 +137,22 @@ class Source {
   DirtyTracker* tracker_ = nullptr;
   bool tracking_ = false;
   bool switch_now_ = false;  // SourceOptions::switch_now said yes: the round in progress was cut short
-  // The in-round rule on a slow link (WatchLink): the link's rate, the last
-  // sample of it, the last dirty sync and what a sync within a round cost, a
-  // bitmap per region for those syncs, and how many in a row found the link too
-  // slow.
+  // The in-round rule on a slow link (WatchLink, JudgeLink): whether a
+  // pre-copy round is in progress (the link is judged while the session waits
+  // on it, too), the link's rate, the last sample of it, the last dirty sync and
+  // what a sync within a round cost, a bitmap per region for those syncs, the
+  // pages they found that wait to join sets_ at the next page-run boundary
+  // (a sync while a run is being sent must not mark pages the run then clears),
+  // and how many checks in a row found the link too slow.
+  bool watching_ = false;
   LinkWatch watch_;
   Clock::TimePoint last_watch_{};
   Clock::TimePoint last_sync_{};
   Clock::Duration sync_cost_{0};
   std::vector<DirtyBitmap> written_;
+  std::vector<DirtyBitmap> pending_;
   uint32_t too_slow_checks_ = 0;
+  uint64_t round_left_bytes_ = 0;  // pages of the round in progress not sent yet, in bytes
   StepAt at_;                 // where the migration stands: a failure is reported here
   PolicyResult decision_;     // the switchover rule's last answer
   uint32_t final_round_ = 0;

@@ -10,6 +10,7 @@
 
 #include "gpumigrate/outcome.h"
 #include "gpumigrate/status.h"
+#include "gpumigrate/switchover.h"
 
 namespace gpumigrate {
 
@@ -78,6 +79,12 @@ struct MigrationReport {
   std::vector<RoundReport> rounds;
   double predicted_stun_ms = -1;     // at the switchover decision; < 0 when none was made
   std::string switchover_reason;
+  // Why pre-copy stopped (the switchover rule's or the in-round link rule's
+  // stop; kNone when no rule decided): kLinkTooSlow and kOverBudget abort.
+  StopReason stop_reason = StopReason::kNone;
+  // A rule aborted the migration because live migration cannot meet the
+  // limits here (max stun, the time budget, at the link's rate): drain-and-replace.
+  bool drain_recommended = false;
   std::string resolution;            // what an operator must do (in doubt, aborted)
   struct RegionCodec {
     std::string region;

@@ -108,6 +108,9 @@ using Reconnect = std::function<Result<Reconnected>(std::chrono::nanoseconds win
 struct SourceOptions {
   std::chrono::nanoseconds downtime_target = 300ms;  // switch over when the predicted stun is within this
   std::chrono::nanoseconds max_stun = 100s;          // when not converging: switch if within this, else abort
+  // The whole migration's time budget (0: none): aborted within a round once
+  // even the best case at the link's measured rate would end after it.
+  std::chrono::nanoseconds max_total{0};
   uint32_t max_rounds = 30;
   std::chrono::nanoseconds switchover_fixed_cost = 2ms;  // round trips and device stop/resume, assumed
   double bandwidth_limit_bytes_per_s = 0;            // 0: unlimited
@@ -171,7 +174,7 @@ struct SourceOptions {
   uint32_t max_resumes = 10;
 
   SwitchoverLimits Limits() const {
-    return {downtime_target, max_stun, switchover_fixed_cost, max_rounds, switch_when_not_converging};
+    return {downtime_target, max_stun, switchover_fixed_cost, max_rounds, switch_when_not_converging, max_total};
   }
 };
 

@@ -33,6 +33,10 @@ class Stream {
   // measure of what the link carried rather than what local buffers took;
   // nullopt where the stream cannot tell (pipes, files, wrappers). Any thread.
   virtual std::optional<uint64_t> BytesDelivered() const { return std::nullopt; }
+  // Bytes written that wait in the stream's own buffer for the link to take them
+  // (TCP: tcpi_notsent_bytes, written but not yet sent: the congestion or the
+  // peer's window holds them back); nullopt where the stream cannot tell. Any thread.
+  virtual std::optional<uint64_t> BytesUnsent() const { return std::nullopt; }
 };
 
 // A connected pair of in-memory streams (what one writes the other reads), with

@@ -26,6 +26,10 @@
 // included, can be shorter than W(t)/R, plus the device state's time.
 //   - W(t) >= R*t and that floor > max stun              -> abort now ("link too
 //       slow"), unless the policy switches anyway when not converging
+//   - the migration's time budget (max_total): elapsed + the rest of this round
+//       / R + the smallest final round the workload allows > max_total
+//                                                         -> abort now ("over
+//       budget"), whatever the policy says of not converging
 //   - otherwise                                           -> go on: the round
 //       ends as usual and the rule above decides at its boundary
 #pragma once
@@ -47,6 +51,9 @@ struct SwitchoverLimits {
   // When rounds stop shrinking and the stun would exceed max_stun: switch over
   // anyway (the user accepts the longer stun) instead of aborting.
   bool switch_when_not_converging = false;
+  // The whole migration's time budget, stun included; 0: none. A migration
+  // that cannot end within it even at best is aborted (DecideAtLinkRate).
+  std::chrono::nanoseconds max_total{0};
 };
 
 struct PolicyInput {
@@ -60,8 +67,8 @@ struct PolicyInput {
 };
 
 enum class Decision { kContinue, kSwitchover, kAbort };
-enum class StopReason { kNone, kConverged, kNotShrinking, kRoundLimit, kLinkTooSlow };
-// "converged", "not shrinking", "round limit", "link too slow"
+enum class StopReason { kNone, kConverged, kNotShrinking, kRoundLimit, kLinkTooSlow, kOverBudget };
+// "converged", "not shrinking", "round limit", "link too slow", "over budget"
 std::string_view StopReasonName(StopReason r);
 
 struct PolicyResult {
@@ -80,8 +87,18 @@ struct LinkRateInput {
   double bandwidth_bytes_per_s = 0;       // R: the link now
   double peak_bandwidth_bytes_per_s = 0;  // what it carried before (for the reason)
   uint64_t device_state_bytes = 0;
+  // For the time budget (limits.max_total): how long the migration has run, and
+  // the bytes of the round in progress the link has not carried yet (pages not
+  // sent and bytes queued or in flight).
+  double elapsed_s = 0;
+  uint64_t round_left_bytes = 0;
+  uint32_t round = 0;
 };
-// kAbort (stop kLinkTooSlow, predicted_stun_ms the floor) or kContinue.
+// kAbort (stop kLinkTooSlow, predicted_stun_ms the floor) or kContinue; then,
+// with a budget, the best case at R: the rest of this round, then a final round
+// no shorter than the floor above (or, when the workload writes less than R
+// carries, the device state alone). When even that ends after max_total, kAbort
+// with stop kOverBudget, the reason naming R and the rate the budget needs.
 PolicyResult DecideAtLinkRate(const LinkRateInput& in);
 double PredictStunMs(uint64_t bytes, double bandwidth_bytes_per_s, std::chrono::nanoseconds fixed_cost);
 

@@ -95,6 +95,24 @@ assert "RUNNING" in r["resolution"], r["resolution"]
 print("ok: non-converging demo reports drain-and-replace")
 PY
 
+# A time budget the capped link cannot meet (64 MiB at 4 MB/s: 16 s; 6 s): aborted
+# within round 0, not at its end, exit 1, the report saying which rule and why.
+"$bin" demo --json --device "sim:size=64MiB,hot=1MiB,kv_rate=0,page=64KiB" --warmup 10ms \
+  --bandwidth 4MB/s --max-total 6s >"$tmp/budget.json" 2>/dev/null
+check "a demo over its time budget exits 1" 1 $?
+python3 - "$tmp/budget.json" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read())
+assert r["outcome"] == "aborted", r
+assert "beyond max total 6 s" in r["error"] and "from now" in r["error"], r["error"]
+assert r["stop_reason"] == "over budget" and r["drain_recommended"] is True, r
+assert r["rounds"] == [], r["rounds"]
+assert "RUNNING" in r["resolution"] and "time budget" in r["resolution"], r["resolution"]
+print("ok: a demo over its time budget is aborted within round 0")
+PY
+"$bin" demo --max-total 0s >"$tmp/e_budget" 2>&1; check "a zero time budget" 2 $?
+contains "a zero time budget is named" "$tmp/e_budget" "--max-total: must be more than zero"
+
 # Human report.
 "$bin" demo --device "$small" --warmup 10ms --run-after 50ms >"$tmp/human" 2>/dev/null
 check "demo human report" 0 $?

@@ -165,6 +165,7 @@ class UringTcpStream final : public Stream {
   }
 
   std::optional<uint64_t> BytesDelivered() const override { return TcpBytesAcked(fd_); }
+  std::optional<uint64_t> BytesUnsent() const override { return TcpBytesNotSent(fd_); }
 
  private:
   int fd_;

@@ -31,6 +31,8 @@ Result<HostPort> ParseHostPort(std::string_view text);
 // tcpi_bytes_acked of a TCP socket (TCP_INFO, Linux 4.1+; linux/tcp.h, since
 // glibc's struct tcp_info stops short of it); nullopt when the kernel does not say.
 std::optional<uint64_t> TcpBytesAcked(int fd);
+// tcpi_notsent_bytes (Linux 4.6+): written to the socket, not yet sent.
+std::optional<uint64_t> TcpBytesNotSent(int fd);
 
 // Wraps a connected socket (takes ownership of fd).
 Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name);

@@ -1,8 +1,9 @@
-// A link that collapses in the middle of a pre-copy round (WatchLink in
-// engine/session/source.cc, DecideAtLinkRate in gpumigrate/switchover.h): the
-// migration is aborted within the round, the source running with its memory
-// intact, when the workload writes more than the slow link carries; a workload
-// that writes less goes on and completes over the slow link.
+// A link that collapses in the middle of a pre-copy round (WatchLink and
+// JudgeLink in engine/session/source.cc, DecideAtLinkRate in
+// gpumigrate/switchover.h): the migration is aborted within the round, within
+// 5 s of the cut, the source running with its memory intact, when the workload
+// writes more than the slow link carries; a workload that writes less goes on
+// and completes over the slow link.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -23,15 +24,19 @@ using testing::WeightsHash;
 using namespace std::chrono_literals;
 
 // The source's data streams, together: `fast_rate` bytes/s for the first
-// `fast_for` of the migration, then `slow_rate`, as a tc rate cut would.
+// `fast_for` of the migration, then `slow_rate`, as a tc rate cut would. Writes
+// are paced in pieces of at most kPiece, as a socket takes them, and what was
+// paced counts as delivered (Stream::BytesDelivered), as TCP's acknowledgements.
 struct Collapse {
   using Time = std::chrono::steady_clock::time_point;
+  static constexpr size_t kPiece = 64 << 10;
   double fast_rate = 0, slow_rate = 0;
   std::chrono::milliseconds fast_for{0};
   Time start = std::chrono::steady_clock::now();
   std::mutex mu;
   Time next = start;  // when the link is free again
   std::atomic<uint64_t> written{0};
+  std::atomic<uint64_t> written_slow{0};  // after the cut
   std::atomic<bool> collapsed{false};
   void Pace(size_t bytes) {
     const Time now = std::chrono::steady_clock::now();
@@ -47,6 +52,7 @@ struct Collapse {
     }
     std::this_thread::sleep_until(until);
     written += bytes;
+    if (slow) written_slow += bytes;
   }
 };
 
@@ -55,15 +61,23 @@ class CollapsingStream final : public Stream {
   CollapsingStream(std::unique_ptr<Stream> inner, Collapse& c) : inner_(std::move(inner)), c_(c) {}
   std::string Name() const override { return inner_->Name(); }
   Status WriteAll(std::span<const std::byte> data) override {
-    c_.Pace(data.size());
-    return inner_->WriteAll(data);
+    while (!data.empty()) {
+      auto piece = data.first(std::min(data.size(), Collapse::kPiece));
+      c_.Pace(piece.size());
+      GM_RETURN_IF_ERROR(inner_->WriteAll(piece));
+      delivered_ += piece.size();
+      data = data.subspan(piece.size());
+    }
+    return Status::Ok();
   }
   Status ReadExact(std::span<std::byte> out) override { return inner_->ReadExact(out); }
   void Close() override { inner_->Close(); }
+  std::optional<uint64_t> BytesDelivered() const override { return delivered_.load(); }
 
  private:
   std::unique_ptr<Stream> inner_;
   Collapse& c_;
+  std::atomic<uint64_t> delivered_{0};
 };
 
 struct Trial {
@@ -82,7 +96,9 @@ struct Trial {
     collapse.fast_for = 2500ms;
     collapse.slow_rate = slow_rate;
     opt.data_streams = 2;
-    opt.source.max_frame_payload_bytes = 64 << 10;  // short writes at the slow rate
+    // Frames of 1 MiB, the default: one takes seconds to leave at the slow rate,
+    // so the link is judged while the session waits on it, not between frames.
+    opt.source.max_frame_payload_bytes = 1 << 20;
     opt.source.max_stun = 1s;
     opt.source.downtime_target = 100ms;
     opt.wrap_source_end = [this](std::unique_ptr<Stream> s, int index) -> std::unique_ptr<Stream> {
@@ -108,6 +124,9 @@ TEST(LinkCollapse, AWorkloadThatOutwritesTheSlowLinkIsAbortedWithinTheRound) {
   // Within round 0: no round was confirmed, and far less than the device was sent.
   EXPECT_TRUE(res.source.rounds.empty()) << res.source.rounds.size() << " rounds";
   EXPECT_LT(r.collapse.written.load(), uint64_t{40} << 20);
+  // Within 5 s of the cut, in the link's own time: the slow link carried less
+  // than 5 s of its rate before the streams were closed.
+  EXPECT_LT(r.collapse.written_slow.load(), 5 * 256e3) << r.collapse.written_slow.load() << " bytes after the cut";
   EXPECT_EQ(res.destination.outcome, Outcome::kAborted);
   ExpectSourceRunningAndIntact(*r.src, r.weights);
 }
@@ -122,6 +141,24 @@ TEST(LinkCollapse, AWorkloadThatWritesLessThanTheSlowLinkCarriesGoesOnAndComplet
   ASSERT_TRUE(r.dst->SetState(DeviceState::kStop).ok());
   auto check = r.dst->SelfCheck();
   EXPECT_TRUE(check.ok()) << check.status().ToString();
+}
+
+TEST(LinkCollapse, AMigrationThatCannotEndWithinItsTimeBudgetIsAbortedWithinTheRound) {
+  // The same light workload, the link cut to 1 MB/s: it would complete in about
+  // 11 s, but the budget is 8 s.
+  Trial r("sim:size=32MiB,static=0.9,hot=64KiB,kv_rate=0,page=64KiB,step=5ms,layers=4", 1e6);
+  r.opt.source.max_stun = 10s;
+  r.opt.source.max_total = 8s;
+  auto res = MigrateLocally(*r.src, *r.dst, r.opt);
+  const std::string& why = res.source.status.message();
+  EXPECT_TRUE(r.collapse.collapsed.load());
+  EXPECT_EQ(res.source.outcome, Outcome::kAborted) << res.source.status.ToString();
+  EXPECT_NE(why.find("the link carries"), std::string::npos) << why;
+  EXPECT_NE(why.find("beyond max total 8 s"), std::string::npos) << why;
+  EXPECT_NE(why.find("from now"), std::string::npos) << why;  // the rate it would need
+  EXPECT_TRUE(res.source.rounds.empty()) << res.source.rounds.size() << " rounds";
+  EXPECT_EQ(res.destination.outcome, Outcome::kAborted);
+  ExpectSourceRunningAndIntact(*r.src, r.weights);
 }
 
 }  // namespace

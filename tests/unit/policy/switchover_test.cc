@@ -148,6 +148,51 @@ TEST(LinkRatePolicy, GoesOnWhenTheFloorIsWithinMaxStunOrThePolicySwitchesAnyway)
   EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
 }
 
+TEST(LinkRatePolicy, AbortsWhenEvenTheBestCaseEndsAfterTheTimeBudget) {
+  LinkRateInput in = Collapsed();
+  in.limits.max_total = 100s;
+  in.written_bytes = 100'000;  // 0.1 MB in 2 s: rounds can shrink, the stun rule goes on
+  in.device_state_bytes = 0;
+  in.elapsed_s = 10;
+  in.round = 0;
+  in.round_left_bytes = 22'000'000;  // 88 s at 250 kB/s: 98.002 s in all, within 100 s
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+  in.round_left_bytes = 23'000'000;  // 92 s: 102.002 s
+  PolicyResult r = DecideAtLinkRate(in);
+  EXPECT_EQ(r.decision, Decision::kAbort);
+  EXPECT_EQ(r.stop, StopReason::kOverBudget);
+  EXPECT_EQ(StopReasonName(r.stop), "over budget");
+  EXPECT_NE(r.reason.find("the link carries 250.00 KB/s now (it carried 25.00 MB/s before)"), std::string::npos)
+      << r.reason;
+  EXPECT_NE(r.reason.find("beyond max total 100 s"), std::string::npos) << r.reason;
+  // 23 MB in the 89.998 s left: 255.56 KB/s.
+  EXPECT_NE(r.reason.find("it would need 255.56 KB/s from now"), std::string::npos) << r.reason;
+  // The policy that switches anyway when not converging still keeps the budget.
+  in.limits.switch_when_not_converging = true;
+  EXPECT_EQ(DecideAtLinkRate(in).stop, StopReason::kOverBudget);
+  // No budget, no such abort.
+  in.limits.max_total = 0s;
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+}
+
+TEST(LinkRatePolicy, TheBudgetCountsTheSmallestFinalRoundTheWorkloadAllows) {
+  LinkRateInput in = Collapsed();
+  in.limits.max_total = 100s;
+  in.limits.switch_when_not_converging = true;  // the 16 s stun is accepted, the budget is not
+  in.written_bytes = 4'000'000;                 // writes outpace the link: the final round is at least 16 s
+  in.elapsed_s = 10;
+  in.round_left_bytes = 18'000'000;  // 72 s: 10 + 72 + 16 = 98 s, within
+  EXPECT_EQ(DecideAtLinkRate(in).decision, Decision::kContinue);
+  in.round_left_bytes = 19'000'000;  // 10 + 76 + 16 = 102 s
+  PolicyResult r = DecideAtLinkRate(in);
+  EXPECT_EQ(r.stop, StopReason::kOverBudget);
+  EXPECT_NEAR(r.predicted_stun_ms, 16'002.0, 1e-6);
+  // A budget already spent says so.
+  in.elapsed_s = 120;
+  r = DecideAtLinkRate(in);
+  EXPECT_NE(r.reason.find("the budget is spent"), std::string::npos) << r.reason;
+}
+
 TEST(LinkRatePolicy, NoMeasureNoAbort) {
   LinkRateInput in = Collapsed();
   in.written_bytes = 4'000'000;

@@ -239,6 +239,46 @@ TEST(FrameSender, FlushWaitsUntilEveryFrameIsWritten) {
   EXPECT_EQ(gate.writes_done(), 4);
 }
 
+// A Send or Flush waiting on a stuck stream calls the wait hook (on its own
+// thread, repeatedly), and an error from the hook ends the wait: the session
+// judges a collapsed link while one frame takes seconds to leave.
+TEST(FrameSender, AWaitingSendOrFlushCallsTheWaitHookAndStopsOnItsError) {
+  GateStream gate;
+  FakeClock clock;
+  FrameSender sender({&gate}, IntegrityKeys(), 0, clock);
+  std::atomic<int> calls{0};
+  std::atomic<bool> give_up{false};
+  const auto caller = std::this_thread::get_id();
+  std::atomic<bool> other_thread{false};
+  sender.SetWaitHook([&]() -> Status {
+    if (std::this_thread::get_id() != caller) other_thread = true;
+    ++calls;
+    return give_up ? Aborted("the link is too slow") : Status::Ok();
+  });
+  const auto payload = Bytes(1 << 20, 3);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 1 << 20, payload).ok());
+  EXPECT_EQ(calls.load(), 0) << "no wait, no call";
+  // The fourth does not fit: Send waits, calling the hook every kWaitHookPeriod.
+  auto fourth = std::async(std::launch::async, [&] {
+    return sender.Send(wire::FrameType::kPages, 0, 0, 0, 1 << 20, payload);
+  });
+  EXPECT_EQ(fourth.wait_for(350ms), std::future_status::timeout);
+  EXPECT_GE(calls.load(), 2);
+  give_up = true;
+  ASSERT_EQ(fourth.wait_for(5s), std::future_status::ready);
+  Status st = fourth.get();
+  EXPECT_EQ(st.code(), StatusCode::kAborted) << st.ToString();
+  EXPECT_NE(st.message().find("the link is too slow"), std::string::npos) << st.ToString();
+  EXPECT_TRUE(other_thread.load()) << "the hook runs on the thread that waits (here the async one)";
+  // Flush waits on the same stuck stream and ends on the hook's error too.
+  Status flushed = sender.Flush();
+  EXPECT_EQ(flushed.code(), StatusCode::kAborted) << flushed.ToString();
+  give_up = false;
+  gate.Open();
+  EXPECT_TRUE(sender.Flush().ok());
+  EXPECT_EQ(gate.writes_done(), 3) << "the frame whose Send failed was never queued";
+}
+
 TEST(FrameSender, TheFirstWriteErrorNamesStreamAndFrameAndSticks) {
   FailingStream ok_stream(/*fail_at=*/-1);
   FailingStream bad_stream(/*fail_at=*/1);  // its second frame, sequence 1

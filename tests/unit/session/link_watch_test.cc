@@ -99,6 +99,49 @@ TEST(LinkWatch, AnIdleProducerIsNotASlowLink) {
   EXPECT_FALSE(w.busy());
 }
 
+// A collapsed link behind a socket buffer of megabytes: the sender's own queue
+// is empty (the socket took every frame), but the socket holds bytes the link
+// has not taken all along. That window measured the link.
+TEST(LinkWatch, BytesWaitingInTheSocketMakeTheWindowTheLinks) {
+  LinkWatch w;
+  Link l;
+  w.RoundStarted(l.s);
+  l.s.unsent = 0;
+  for (int i = 0; i < 30; ++i) {
+    l.Run(100ms, 250e3, 0.0);
+    l.s.unsent = 6u << 20;
+    w.Sample(l.s);
+  }
+  ASSERT_TRUE(w.rate());
+  EXPECT_NEAR(*w.rate(), 250e3, 1e3);
+  EXPECT_FALSE(w.busy());
+  EXPECT_TRUE(w.backlogged());
+  EXPECT_TRUE(w.LinkBound());
+  // One sample of the window with nothing waiting: the producer may have been
+  // behind for a while, so the window is not the link's.
+  l.Run(100ms, 250e3, 0.0);
+  l.s.unsent = 0;
+  w.Sample(l.s);
+  EXPECT_FALSE(w.backlogged());
+  EXPECT_FALSE(w.LinkBound());
+  for (int i = 0; i < 19; ++i) {
+    l.Run(100ms, 250e3, 0.0);
+    l.s.unsent = 1u << 20;
+    w.Sample(l.s);
+    EXPECT_FALSE(w.LinkBound()) << i;  // the empty sample is still in the window
+  }
+  for (int i = 0; i < 2; ++i) {
+    l.Run(100ms, 250e3, 0.0);
+    w.Sample(l.s);
+  }
+  EXPECT_TRUE(w.LinkBound());
+  // A stream that cannot tell (a pipe) never counts as backlogged.
+  l.s.unsent.reset();
+  l.Run(100ms, 250e3, 0.0);
+  w.Sample(l.s);
+  EXPECT_FALSE(w.LinkBound());
+}
+
 TEST(LinkWatch, WindowsStartAfreshEachRoundAndWithANewSender) {
   LinkWatch w;
   Link l;

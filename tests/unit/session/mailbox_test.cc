@@ -97,6 +97,35 @@ TEST(Mailbox, CancelEndsTheWaitAsAborted) {
   EXPECT_EQ(got.status().message(), "cancelled while waiting for manifest");
 }
 
+// The session judges the link while it waits for RoundApplied: the hook is
+// called between polls, its error ends the wait, and a message that came wins.
+TEST(Mailbox, NextCallsItsWaitHookAndEndsOnItsError) {
+  FakeClock clock;
+  Mailbox box(clock);
+  std::atomic<int> calls{0};
+  std::atomic<bool> give_up{false};
+  const std::function<Status()> hook = [&]() -> Status {
+    ++calls;
+    return give_up ? Aborted("link too slow") : Status::Ok();
+  };
+  auto r = std::async(std::launch::async,
+                      [&] { return box.Next(clock.Now() + 1s, nullptr, "RoundApplied", false, &hook); });
+  EXPECT_EQ(r.wait_for(300ms), std::future_status::timeout);
+  EXPECT_GE(calls.load(), 1);
+  give_up = true;
+  ASSERT_EQ(r.wait_for(5s), std::future_status::ready);
+  auto got = r.get();
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kAborted);
+  EXPECT_EQ(got.status().message(), "link too slow");
+  box.Post(RoundEnd(7));  // already there: returned, the hook not asked
+  const int before = calls.load();
+  auto next = box.Next(clock.Now() + 1s, nullptr, "RoundEnd", false, &hook);
+  ASSERT_TRUE(next.ok()) << next.status().ToString();
+  EXPECT_EQ(next->round_end().round(), 7u);
+  EXPECT_EQ(calls.load(), before);
+}
+
 TEST(Mailbox, PeerAbortFindsAQueuedAbortBehindOtherMessages) {
   FakeClock clock;
   Mailbox box(clock);
