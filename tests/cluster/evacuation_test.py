@@ -14,7 +14,9 @@ link shaped with tc to 200 Mbit and one agent per host:
      verified at its target;
   3. a controller whose certificate another CA signed: refused by every agent,
      and its evacuation moves nothing; an evacuation that cannot fit (every
-     target in maintenance): refused with the reason, nothing moved; then a
+     target in maintenance): refused with the reason, nothing moved, by
+     `evacuate` and by `scripts/maintenance-mode enter` (which leaves the host
+     in the pool); then a
      target agent SIGKILLed mid-migration: the VM stays on its source (the
      migration rolled back there) and is re-planned onto the other target;
   4. a proc VM (a gpumigrate-workload process writing its memory, started in
@@ -223,6 +225,20 @@ def refusals_and_target_killed(binary):
               f"exit {r.returncode}: {r.stderr[-1000:]}")
         check("saying why", "refused:" in r.stderr, r.stderr[-1000:])
         check("nothing moved", f.vms_on("gpu-a") == ["llm-9"], str(f.vms_on("gpu-a")))
+        # The same through the operators' script: refused before anything changes, gpu-a not even
+        # put into maintenance.
+        r = f.run_ctl([os.path.join(REPO, "scripts", "maintenance-mode"), "enter", "gpu-a", "--inventory",
+                       f.inventory, *f.ctl_tls(), "--store", f"{f.tmp}/store"],
+                      env=dict(f.env, GPUMIGRATE=binary), timeout=120)
+        out = r.stdout + r.stderr
+        check("scripts/maintenance-mode enter refuses the infeasible evacuation (exit 1)", r.returncode == 1,
+              f"exit {r.returncode}: {out[-1500:]}")
+        check("it prints the plan's reason and that nothing was changed",
+              "cannot be evacuated" in out and "nothing was changed" in out and "blocked" in out, out[-1500:])
+        status = f.call("gpu-a", "inventory")
+        check("gpu-a was left in the pool, its VM on it",
+              status.get("ok") and not status["host"].get("maintenance") and f.vms_on("gpu-a") == ["llm-9"],
+              json.dumps(status)[:1500])
         for h in ("gpu-b", "gpu-c"):
             f.call(h, "maintenance", {"enter": False})
 

@@ -63,6 +63,33 @@ TEST(Tcp, CountsTheBytesThePeerAcknowledged) {
   EXPECT_FALSE(a->BytesDelivered().has_value());  // a pipe cannot tell
 }
 
+// A reader that does not read: the peer's window fills, and what the writer
+// hands the socket then waits in it unsent (the signal LinkWatch reads as "the
+// link sets the pace"); once read, nothing is left unsent.
+TEST(Tcp, SaysWhatWaitsInTheSocketUnsent) {
+  Pair p = Connect();
+  ASSERT_TRUE(p.client->BytesUnsent().has_value()) << "TCP_INFO without tcpi_notsent_bytes";
+  EXPECT_EQ(*p.client->BytesUnsent(), 0u);
+  std::vector<std::byte> data(32 << 20, std::byte{7});
+  std::thread writer([&] { EXPECT_TRUE(p.client->WriteAll(data).ok()); });
+  uint64_t unsent = 0;
+  for (int i = 0; i < 200 && unsent == 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+    unsent = p.client->BytesUnsent().value_or(0);
+  }
+  EXPECT_GT(unsent, 0u) << "the peer's window is full: written bytes must wait unsent";
+  std::vector<std::byte> got(data.size());
+  ASSERT_TRUE(p.server->ReadExact(got).ok());
+  writer.join();
+  for (int i = 0; i < 100 && unsent > 0; ++i) {
+    unsent = p.client->BytesUnsent().value_or(1);
+    if (unsent > 0) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(unsent, 0u);
+  auto [a, b] = MakePipe("pipe");
+  EXPECT_FALSE(a->BytesUnsent().has_value());  // a pipe cannot tell
+}
+
 TEST(Tcp, CarriesBytesBothWays) {
   Pair p = Connect();
   std::vector<std::byte> data(8 << 20);
