@@ -229,7 +229,7 @@ def refusals_and_target_killed(binary):
         # put into maintenance.
         r = f.run_ctl([os.path.join(REPO, "scripts", "maintenance-mode"), "enter", "gpu-a", "--inventory",
                        f.inventory, *f.ctl_tls(), "--store", f"{f.tmp}/store"],
-                      env=dict(f.env, GPUMIGRATE=binary), timeout=120)
+                      env=dict(f.env or os.environ, GPUMIGRATE=binary), timeout=120)
         out = r.stdout + r.stderr
         check("scripts/maintenance-mode enter refuses the infeasible evacuation (exit 1)", r.returncode == 1,
               f"exit {r.returncode}: {out[-1500:]}")
