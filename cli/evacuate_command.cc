@@ -384,6 +384,23 @@ class Evacuation {
     return units;
   }
 
+  // Waits (bounded) until job `job` on `host` no longer runs, or the agent
+  // stops answering (a re-plan then leaves that host out).
+  void AwaitJobEnd(const std::string& host, int64_t job, std::chrono::seconds limit) {
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until) {
+      auto st = Ask(host, "status", Json::object());
+      if (!st.ok() || !st->value("ok", false) || !st->contains("jobs")) return;
+      bool running = false;
+      for (const auto& j : (*st)["jobs"]) {
+        running |= j.value("id", int64_t{0}) == job && j.value("state", "") == "running";
+      }
+      if (!running) return;
+      std::this_thread::sleep_for(poll_);
+    }
+    Say("{}'s job {} still runs after {} s; going on", host, job, limit.count());
+  }
+
   // The running job of `kind` (any kind when empty) for `vm` on `host`, or null.
   Json RunningJob(const std::string& host, const std::string& vm, const std::string& kind) {
     auto st = Ask(host, "status", Json::object());
@@ -486,6 +503,10 @@ class Evacuation {
         return Step(r, replan_why);
       }
       if (state == "failed") {  // rolled back: the VM runs on the source
+        // Its receive at the target still holds the VM's placement there until
+        // the source's Abort (or the closed connection) ends it: a re-plan made
+        // before then would collide with it (a replacement on the same slices).
+        if (r.dst_job != 0) AwaitJobEnd(r.target, r.dst_job, std::chrono::seconds(30));
         (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, detail);
         (void)store_->Release(r.reservation);
         Finish({r.a.vm, action, r.target, "failed", detail, r.a.predicted_stun_ms}, true);

@@ -41,10 +41,13 @@ std::string StartTime(int64_t pid, bool* zombie) {
 
 // The shell forwards SIGTERM (the agent's Kill) to the child and waits on: a
 // trapped signal interrupts `wait`, so it waits again while the child exists
-// (a zombie still answers kill -0 until that wait reaps it).
+// (a zombie still answers kill -0 until that wait reaps it). The first `wait`
+// is unconditional: dash may reap a child that exits at once before the loop's
+// first `kill -0`, and only `wait` still knows its status (without it, 2 of 3
+// such jobs were recorded as exit 127).
 constexpr const char* kWrapper =
     "out=$1; err=$2; rc=$3; shift 3; c=; trap '[ -n \"$c\" ] && kill -TERM $c 2>/dev/null' TERM; "
-    "\"$@\" >\"$out\" 2>\"$err\" </dev/null & c=$!; s=127; "
+    "\"$@\" >\"$out\" 2>\"$err\" </dev/null & c=$!; wait $c; s=$?; "
     "while kill -0 $c 2>/dev/null; do wait $c; s=$?; done; "
     "echo $s >\"$rc.tmp\"; mv -f \"$rc.tmp\" \"$rc\"";
 

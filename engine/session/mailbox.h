@@ -123,9 +123,10 @@ class Mailbox {
   // Next message, or the recorded failure, or kDeadlineExceeded, or kAborted when
   // `cancel` becomes true. `hard_deadline`: the deadline holds even with liveness
   // (a wait that is not on the peer's work, e.g. for it to close).
-  // `while_waiting` (borrowed; may be null) is called between polls, under no
-  // lock of the mailbox's, at most every kPollInterval: an error from it ends
-  // the wait and is returned.
+  // `while_waiting` (borrowed; may be null) is called after each wake-up of the
+  // wait (a poll, every kPollInterval, or a notification), under no lock of the
+  // mailbox's: an error from it ends the wait and is returned. It throttles
+  // itself.
   Result<wire::v1::Envelope> Next(Clock::TimePoint deadline, const std::atomic<bool>* cancel,
                                   const char* waiting_for, bool hard_deadline = false,
                                   const std::function<Status()>* while_waiting = nullptr) {

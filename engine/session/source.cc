@@ -149,7 +149,9 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   rr.dirty_bytes = total;
   uint64_t done = 0;
   round_left_bytes_ = total;
+  round_done_bytes_ = 0;
   uint64_t sent_before = sender_->bytes_sent();
+  round_sent_before_ = sent_before;
   const Phase phase = rr.final ? Phase::kSwitchover : Phase::kRoundStart;
   PageClassifier pages;  // zero-page elision and per-page hashes, chunk by chunk
   for (size_t i : order_) {
@@ -208,6 +210,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);  // pages left set go in a later round
         done += n * ps;
         round_left_bytes_ = total > done ? total - done : 0;
+        round_done_bytes_ = done;
         p += n;
         ReportProgress(phase, round, total, done, false);
         if (!rr.final) GM_RETURN_IF_ERROR(WatchLink());
@@ -278,10 +281,22 @@ Status Source::JudgeLink() {
   const SwitchoverLimits limits = opt_.Limits();
   const uint64_t state_bytes = dev_.PendingEstimate().stop_copy_bytes;
   const double rate = *watch_.rate();
-  // This round's bytes the link has not carried: pages not sent yet, and what
-  // the sender and the streams hold.
+  // A window that carried nothing (a stall, a retransmission backoff) says
+  // nothing of the rate: neither a verdict nor a reset of the count of checks
+  // in a row. A link that stays silent is the liveness watchdog's (and
+  // resumption's) to handle.
+  if (rate <= 0) return Status::Ok();
+  // This round's bytes the link has not carried: the pages not sent yet, at
+  // the wire bytes per page byte this round has had so far (zero pages, pages
+  // the destination holds and compression cost little), and what the sender
+  // and the streams hold.
   const uint64_t sent = sender_->bytes_sent();
-  const uint64_t round_left = round_left_bytes_ + (sent > link.written ? sent - link.written : 0);
+  const double wire_per_byte =
+      round_done_bytes_ > 0
+          ? std::min(1.0, static_cast<double>(sent - round_sent_before_) / static_cast<double>(round_done_bytes_))
+          : 1.0;
+  const uint64_t round_left = static_cast<uint64_t>(static_cast<double>(round_left_bytes_) * wire_per_byte) +
+                              (sent > link.written ? sent - link.written : 0);
   const double elapsed_s = MsBetween(t0_, now) / 1e3;
   // Neither rule can say no while even the whole device fits (in max stun, in
   // what is left of the budget) at this rate: no sync needed.
@@ -626,6 +641,25 @@ Status Source::PreCopy() {
     report_.bandwidth_bytes_per_s = RecentBandwidth(
         report_.rounds, [](const RoundReport& r) { return r.bytes; }, [](const RoundReport& r) { return r.ms / 1e3; });
     GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size()) - held));
+    if (decision_.decision == Decision::kContinue && opt_.max_total.count() > 0) {
+      // The time budget at a round boundary too: the next round (the dirty set,
+      // at the last round's wire bytes per page byte) and the smallest final
+      // round, at the rate the rounds saw. Within a round JudgeLink asks the
+      // same, but only while the link sets the pace.
+      const RoundReport& last = report_.rounds.back();
+      const double wire_per_byte =
+          last.raw_bytes > 0 ? std::min(1.0, static_cast<double>(last.bytes) / static_cast<double>(last.raw_bytes)) : 1.0;
+      LinkRateInput in;
+      in.limits = opt_.Limits();
+      in.interval_s = 1;  // no writes measured here: the final round's floor is the device state alone
+      in.bandwidth_bytes_per_s = report_.bandwidth_bytes_per_s;
+      in.peak_bandwidth_bytes_per_s = watch_.peak();
+      in.device_state_bytes = dev_.PendingEstimate().stop_copy_bytes;
+      in.elapsed_s = MsBetween(t0_, clock_.Now()) / 1e3;
+      in.round_left_bytes = static_cast<uint64_t>(static_cast<double>(dirty) * wire_per_byte);
+      in.round = round + 1;
+      if (PolicyResult d = DecideAtLinkRate(in); d.stop == StopReason::kOverBudget) decision_ = d;
+    }
     if (decision_.decision == Decision::kContinue && opt_.switch_now && (switch_now_ || opt_.switch_now())) {
       decision_.decision = Decision::kSwitchover;
       decision_.reason = "the workload stopped on its own: switching over at once";

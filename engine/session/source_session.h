@@ -152,7 +152,11 @@ class Source {
   std::vector<DirtyBitmap> written_;
   std::vector<DirtyBitmap> pending_;
   uint32_t too_slow_checks_ = 0;
-  uint64_t round_left_bytes_ = 0;  // pages of the round in progress not sent yet, in bytes
+  // The round in progress: its pages not sent yet and those gone through so
+  // far (page bytes), and the sender's byte count when it began.
+  uint64_t round_left_bytes_ = 0;
+  uint64_t round_done_bytes_ = 0;
+  uint64_t round_sent_before_ = 0;
   StepAt at_;                 // where the migration stands: a failure is reported here
   PolicyResult decision_;     // the switchover rule's last answer
   uint32_t final_round_ = 0;

@@ -646,5 +646,31 @@ TEST(ProcessLauncher, WritesTheExitStatusAndForwardsKill) {
   fs::remove_all(d);
 }
 
+// The real launcher records a child's exit status even when the child exits
+// at once (a hook that appends a line): its shell once lost those to a race
+// and wrote 127 for two of three.
+TEST(ProcessLauncher, RecordsTheExitStatusOfChildrenThatExitAtOnce) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("gm-launcher-{}", getpid());
+  fs::create_directories(dir);
+  auto launcher = MakeProcessLauncher();
+  constexpr int kJobs = 40;
+  for (int i = 0; i < kJobs; ++i) {
+    const std::string base = (dir / std::to_string(i)).string();
+    auto started = launcher->Start({"sh", "-c", fmt::format("echo {} >> {}/hooks.log; exit {}", i, dir.string(), i % 7)}, base + ".out", base + ".err",
+                                   base + ".rc");
+    ASSERT_TRUE(started.ok()) << started.status().ToString();
+  }
+  for (int i = 0; i < kJobs; ++i) {
+    const std::string rc = (dir / std::to_string(i)).string() + ".rc";
+    for (int t = 0; t < 500 && !fs::exists(rc); ++t) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    std::ifstream in(rc);
+    int code = -1;
+    in >> code;
+    EXPECT_EQ(code, i % 7) << "job " << i;
+  }
+  launcher->Reap();
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace gpumigrate::agent
