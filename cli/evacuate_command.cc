@@ -91,7 +91,7 @@ class Evacuation {
       attempts_[s.vm] = s.attempts;
     }
     if (!running_.empty() || !done_.empty()) Say("continuing evacuation {} from its journal", f_.id);
-    if (Status st = fleet_.Refresh(Moving(), f_.host); !st.ok()) return Fail(st);
+    if (Status st = RefreshForPlan(); !st.ok()) return Fail(st);
     planner::Plan plan;
     if (given && done_.empty() && running_.empty()) {
       plan = *given;
@@ -156,6 +156,18 @@ class Evacuation {
       if (r.a.to) v.push_back({r.a.vm, r.source, *r.a.to, r.a.action == planner::Action::kDrainAndReplace});
     }
     return v;
+  }
+
+  // The fleet as a plan must see it: this evacuation's VMs in flight at their
+  // targets, and the slots other evacuations hold in the store taken.
+  Status RefreshForPlan() {
+    std::vector<Reservation> elsewhere;
+    auto all = store_->Reservations();
+    if (!all.ok()) return all.status();
+    for (auto& r : *all) {
+      if (r.evacuation != f_.id) elsewhere.push_back(std::move(r));
+    }
+    return fleet_.Refresh(Moving(), f_.host, elsewhere);
   }
 
   // The plan's actions for VMs not yet settled become the queue.
@@ -282,9 +294,14 @@ class Evacuation {
     want.units = fleet_.Units(a.vm, *a.to, OwnUnits());
     auto res = store_->Reserve(want);
     if (!res.ok()) {
+      // Another evacuation took the slot since the plan was made (or the store
+      // failed): nothing moved; the VMs left are planned again with the slots
+      // others hold counted as taken. Counted as a try: never retried forever.
+      const std::string err = "capacity: " + std::string(res.status().message());
+      ++attempts_[a.vm];
       (void)Journal(a.vm, action, JournalPhase::kFailed, r.target, std::string(res.status().message()));
-      Finish({a.vm, action, r.target, "failed", "capacity: " + std::string(res.status().message()), a.predicted_stun_ms},
-             true);
+      Finish({a.vm, action, r.target, "failed", err, a.predicted_stun_ms}, true);
+      replan_after_start_ = err;
       return;
     }
     r.reservation = res->id;
@@ -585,7 +602,7 @@ class Evacuation {
   void Replan(const std::string& why) {
     // The new plan first: when it cannot be made, the failed VMs stay reported
     // as failed (running where they were), never dropped.
-    if (Status st = fleet_.Refresh(Moving(), f_.host); !st.ok()) {
+    if (Status st = RefreshForPlan(); !st.ok()) {
       Say("re-plan: {}", st.message());
       return;
     }

@@ -44,7 +44,36 @@ bool Fleet::Reachable(const std::string& host) {
   return r.ok();
 }
 
-Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating) {
+std::optional<planner::Target> TargetOfUnits(const std::string& host, const std::vector<std::string>& units) {
+  planner::Target t;
+  t.host = host;
+  const std::string prefix = host + "/gpu";
+  for (const auto& u : units) {
+    if (u.rfind(prefix, 0) != 0) return std::nullopt;
+    const std::string rest = u.substr(prefix.size());  // "G", "G/sliceS" or "G/vgpuN"
+    const size_t slash = rest.find('/');
+    uint32_t g = 0, s = 0;
+    const std::string gpu = rest.substr(0, slash);
+    if (gpu.empty() || gpu.find_first_not_of("0123456789") != std::string::npos || gpu.size() > 6) return std::nullopt;
+    g = static_cast<uint32_t>(std::stoul(gpu));
+    if (slash != std::string::npos) {
+      const std::string what = rest.substr(slash + 1);
+      if (what.rfind("slice", 0) == 0 && what.size() > 5 && what.size() <= 11 &&
+          what.find_first_not_of("0123456789", 5) == std::string::npos) {
+        s = static_cast<uint32_t>(std::stoul(what.substr(5)));
+        if (!t.placement || s < *t.placement) t.placement = s;  // a MIG profile's first slice
+      } else if (what.rfind("vgpu", 0) != 0) {
+        return std::nullopt;
+      }
+    }
+    if (std::find(t.gpus.begin(), t.gpus.end(), g) == t.gpus.end()) t.gpus.push_back(g);
+  }
+  if (t.gpus.empty()) return std::nullopt;
+  return t;
+}
+
+Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating,
+                      const std::vector<Reservation>& elsewhere) {
   Json vms = Json::array();
   std::map<std::string, Json> from_file;
   for (const auto& v : file_["vms"]) from_file[v.value("name", "")] = v;
@@ -104,6 +133,30 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
     e["gpus"] = m.to.gpus;
     if (m.to.placement) {
       e["placement"] = *m.to.placement;
+    } else {
+      e.erase("placement");
+    }
+    vms.push_back(e);
+  }
+  for (const auto& r : elsewhere) {  // a slot another evacuation holds: taken until its VM is listed there
+    const std::optional<planner::Target> to = TargetOfUnits(r.host, r.units);
+    auto it = entries_.find(r.vm);
+    if (!to || it == entries_.end()) continue;  // a VM no agent of this fleet lists: its units cannot be counted
+    bool arrived = false;
+    for (const std::string& name : {r.vm, ReplicaName(r.vm)}) {
+      auto t = entries_.find(name);
+      arrived |= t != entries_.end() && t->second.value("host", "") == r.host;
+    }
+    if (arrived) continue;
+    Json e = it->second;
+    e.erase("device");
+    e.erase("receive_device");
+    e.erase("held");
+    e["name"] = r.vm + "@reserved";
+    e["host"] = r.host;
+    e["gpus"] = to->gpus;
+    if (to->placement) {
+      e["placement"] = *to->placement;
     } else {
       e.erase("placement");
     }

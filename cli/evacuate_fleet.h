@@ -6,12 +6,14 @@
 
 #include <chrono>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "cli/agent_command.h"
 #include "gpumigrate/agent.h"
+#include "gpumigrate/evacuation_store.h"
 #include "gpumigrate/planner.h"
 #include "gpumigrate/status.h"
 
@@ -28,13 +30,20 @@ struct InFlight {
 // The name a replacement replica gets on its new host.
 std::string ReplicaName(const std::string& vm);
 
+// The target slot a reservation's units name (the inverse of Fleet::Units):
+// nullopt when they name no GPU of one host (a unit "HOST/vm/NAME").
+std::optional<planner::Target> TargetOfUnits(const std::string& host, const std::vector<std::string>& units);
+
 class Fleet {
  public:
   static Result<Fleet> Open(const std::string& inventory_text, const AgentTls& tls, std::chrono::milliseconds timeout);
   bool HasHost(const std::string& host) const;
   // Asks every agent for its VMs; an agent that does not answer makes its host
   // no target (and is an error for `evacuating`, whose VMs must be known).
-  Status Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating = "");
+  // `elsewhere`: slots other evacuations hold in the store; each is counted
+  // as taken (by a copy of the VM it is for) until its target lists that VM.
+  Status Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating = "",
+                 const std::vector<Reservation>& elsewhere = {});
   Result<planner::Plan> PlanFor(const std::string& host, bool allow_power_off) const;
 
   std::string Agent(const std::string& host) const;

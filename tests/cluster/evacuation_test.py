@@ -25,6 +25,12 @@ link shaped with tc to 200 Mbit and one agent per host:
      checked every page against the source at stop and ran on, and gpu-b lists
      the VM at that process.
 
+  5. two controllers, one etcd store: gpu-a and gpu-c evacuated at once, each
+     plan made before the other ran, so both chose the one free slot on gpu-b.
+     One reserves it and migrates there; the other's reservation is refused
+     (the slot named, and who holds it), it re-plans with that slot counted
+     as taken and migrates its VM to gpu-d; each VM moved once.
+
 Usage: evacuation_test.py GPUMIGRATE [WORKLOAD] (WORKLOAD: gpumigrate-workload,
 by default beside GPUMIGRATE). Exit 0 pass, 1 fail, 77 skip (no root or no
 namespaces here).
@@ -32,6 +38,7 @@ namespaces here).
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -305,6 +312,81 @@ def proc_vm(binary, workload):
               is not None, adopted)
 
 
+def race(binary):
+    print("-- 5. two controllers on one etcd store race for the last free slot", flush=True)
+    if shutil.which("etcd") is None:
+        check("etcd is installed (scripts/bootstrap installs etcd-server)", False)
+        return
+    sim = "sim:size=16MiB,static=0.9,hot=1MiB,kv_rate=1MiB/s"
+    small = "sim:size=4MiB"
+    hosts = {
+        "gpu-a": {"gpus": mig_gpus("mig"), "vms": [vm("llm-1", sim, "3g.40gb", 0)]},
+        "gpu-b": {"gpus": mig_gpus("mig"), "vms": [vm("res-b", small, "3g.40gb", 0)]},
+        "gpu-c": {"gpus": mig_gpus("mig"), "vms": [vm("llm-2", sim, "3g.40gb", 0)]},
+        "gpu-d": {"gpus": mig_gpus("mig"), "vms": [vm("res-d", small, "3g.40gb", 0)]},
+    }
+    with Fleet(binary, hosts) as f:
+        url = "http://127.0.0.1:2379"
+        etcd = f.popen_ctl(["etcd", "--data-dir", f"{f.tmp}/etcd", "--listen-client-urls", url,
+                            "--advertise-client-urls", url, "--listen-peer-urls", "http://127.0.0.1:2380",
+                            "--initial-advertise-peer-urls", "http://127.0.0.1:2380",
+                            "--initial-cluster", "default=http://127.0.0.1:2380"],
+                           stdout=subprocess.DEVNULL, stderr=open(f"{f.tmp}/etcd.log", "w"))
+        try:
+            probe = f"import urllib.request; urllib.request.urlopen('{url}/health', timeout=1)"
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and f.run_ctl(["python3", "-c", probe], capture_output=True).returncode:
+                time.sleep(0.2)
+            # Both hosts leave the pool first (as scripts/maintenance-mode does): neither is the other's target.
+            for h in ("gpu-a", "gpu-c"):
+                f.call(h, "maintenance", {"enter": True})
+            plans = {}
+            for h in ("gpu-a", "gpu-c"):
+                r = f.run_ctl(f.evacuate_argv(h, "--dry-run", "--json"), capture_output=True, text=True, timeout=60)
+                plans[h] = f"{f.tmp}/plan-{h}.json"
+                with open(plans[h], "w") as out:
+                    out.write(r.stdout)
+                actions = json.loads(r.stdout)["actions"] if r.returncode == 0 else []
+                check(f"{h}'s plan, made before the other controller ran, takes gpu-b's last free slot",
+                      [(a["action"], (a.get("to") or {}).get("host"), (a.get("to") or {}).get("placement"))
+                       for a in actions] == [("live-migrate", "gpu-b", 4)], r.stdout + r.stderr)
+            ctls = {h: Watch(f, f.evacuate_argv(h, "--plan", plans[h], "--etcd", url, "--id", f"evac-{h}",
+                                                "--json", "--poll", "100ms", "--bandwidth", "8MB/s"))
+                    for h in ("gpu-a", "gpu-c")}
+            rcs = {h: w.finish(180) for h, w in ctls.items()}
+            for h, w in ctls.items():
+                check(f"the evacuation of {h} completes (exit 0)", rcs[h] == 0, f"exit {rcs[h]}: {w.text()[-3000:]}")
+            lost = [h for h, w in ctls.items() if re.search(r"capacity: .*already reserved by evacuation evac-gpu-.",
+                                                             w.text())]
+            if not check("exactly one controller found the slot reserved by the other", len(lost) == 1,
+                         "\n".join(w.text()[-1500:] for w in ctls.values())):
+                return
+            loser = lost[0]
+            winner = "gpu-c" if loser == "gpu-a" else "gpu-a"
+            vm_of = {"gpu-a": "llm-1", "gpu-c": "llm-2"}
+            text = ctls[loser].text()
+            check("the loser re-planned after the refused reservation",
+                  "re-planned the VMs left after: capacity:" in text, text[-2000:])
+            check(f"and migrated {vm_of[loser]} to gpu-d",
+                  re.search(rf"{vm_of[loser]}: live-migrate to gpu-d started", text) is not None, text[-2000:])
+            check(f"the winner's {vm_of[winner]} took gpu-b's slot",
+                  f.vms_on("gpu-b") == sorted(["res-b", vm_of[winner]]), str(f.vms_on("gpu-b")))
+            check(f"the loser's {vm_of[loser]} is on gpu-d",
+                  f.vms_on("gpu-d") == sorted(["res-d", vm_of[loser]]), str(f.vms_on("gpu-d")))
+            for h in ("gpu-a", "gpu-c"):
+                migrates = [j for j in f.jobs(h) if j["kind"] == "migrate"]
+                check(f"{vm_of[h]} was migrated exactly once", [j["state"] for j in migrates] == ["completed"],
+                      str([(j["id"], j["state"]) for j in migrates]))
+                check(f"{h} is empty", f.vms_on(h) == [], str(f.vms_on(h)))
+        finally:
+            etcd.terminate()
+            try:
+                etcd.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                etcd.kill()
+                etcd.wait()
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         print(__doc__[__doc__.index("Usage:"):].strip(), file=sys.stderr)
@@ -319,7 +401,7 @@ def main():
     os.environ.setdefault("GPUMIGRATE_CALIBRATION", f"/tmp/gm-evacuation-test-{os.getpid()}-calibration.json")
     t0 = time.monotonic()
     try:
-        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm)
+        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race)
         # GM_CLUSTER_SCENARIOS=name,name runs only those.
         only = [n for n in os.environ.get("GM_CLUSTER_SCENARIOS", "").split(",") if n]
         unknown = set(only) - {f.__name__ for f in scenarios}
