@@ -336,6 +336,7 @@ class Evacuation {
                   {"to", fmt::format("{}:{}", addr, rec->value("port", 0))},
                   {"options", {{"max_stun", fmt::format("{}ms", fleet_.MaxStunMs(a.vm))}}}};
         if (!f_.bandwidth.empty()) m["options"]["bandwidth"] = f_.bandwidth;
+        if (a.budget_ms > 0) m["options"]["max_total"] = fmt::format("{}ms", a.budget_ms);
         if (!f_.resume_window.empty()) m["options"]["resume_window"] = f_.resume_window;
         auto mig = Ask(r.source, "migrate", m);
         if (mig.ok() && mig->value("ok", false)) {

@@ -298,6 +298,7 @@ Result<planner::Plan> ParsePlanJson(const std::string& text, const std::string& 
       pa.end_ms = a.value("end_ms", int64_t{0});
       pa.reason = a.value("reason", "");
       pa.link_alone = a.value("link_alone", false);
+      pa.budget_ms = a.value("budget_ms", int64_t{0});
       p.actions.push_back(pa);
       ++i;
     }

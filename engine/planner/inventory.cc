@@ -57,6 +57,10 @@ Result<Policy> ParsePolicy(const Json& root) {
   if (power) p.allow_power_off = *power;
   GM_ASSIGN_OR_RETURN(auto drain, ReadDuration(v, "drain", "policy"));
   if (drain) p.drain = *drain;
+  GM_ASSIGN_OR_RETURN(auto factor, ReadNumber(v, "budget_factor", "policy", 1.0));
+  if (factor) p.budget_factor = *factor;
+  GM_ASSIGN_OR_RETURN(auto budget_min, ReadDuration(v, "budget_min", "policy"));
+  if (budget_min) p.budget_min = *budget_min;
   return p;
 }
 

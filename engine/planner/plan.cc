@@ -437,6 +437,9 @@ class Planner {
         a.link_shared_with = w.shared_with;
         a.link_alone = w.alone;
         a.stun_basis = w.at.basis;
+        a.budget_ms = std::max<int64_t>(
+            CeilMs(inv_.policy.budget_factor * static_cast<double>(a.end_ms - a.start_ms)),
+            std::chrono::duration_cast<std::chrono::milliseconds>(inv_.policy.budget_min).count());
         a.reason = MigrateText(w);
         break;
       case Action::kDrainAndReplace: {

@@ -29,6 +29,7 @@ std::string PlanToJson(const Plan& p) {
       x["link_shared_with"] = a.link_shared_with;
       x["link_alone"] = a.link_alone;
       x["stun_basis"] = a.stun_basis;
+      x["budget_ms"] = a.budget_ms;
     }
     actions.push_back(std::move(x));
   }

@@ -89,6 +89,11 @@ struct Policy {
   std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
   bool allow_power_off = false;
   std::chrono::nanoseconds drain = std::chrono::seconds(30);  // groups without their own "drain"
+  // Each live migration's time budget under `evacuate` (its --max-total): the
+  // larger of budget_factor x its planned duration and budget_min. A migration
+  // that can no longer end within it aborts (the source runs on) and is re-planned.
+  double budget_factor = 3.0;
+  std::chrono::nanoseconds budget_min = std::chrono::seconds(60);
 };
 
 struct Inventory {
@@ -132,6 +137,7 @@ struct PlannedAction {
   std::optional<Target> to;
   int64_t predicted_stun_ms = 0;
   int64_t start_ms = 0, end_ms = 0;
+  int64_t budget_ms = 0;  // live-migrate: the migration's time budget (Policy::budget_*); 0: none
   std::string reason;
   // Extensions (added keys): how the stun was predicted and at what bandwidth.
   double bandwidth_bytes_per_s = 0;  // live-migrate: the share it gets

@@ -312,6 +312,47 @@ def proc_vm(binary, workload):
               is not None, adopted)
 
 
+def budget(binary):
+    print("-- 6. a migration that can no longer end within the plan's time budget", flush=True)
+    sim = "sim:size=64MiB,static=0.9,hot=4MiB,page=64KiB"
+    hosts = {
+        "gpu-a": {"gpus": mig_gpus("mig"), "vms": [vm("llm-5", sim, "1g.10gb", 0)]},
+        "gpu-b": {"gpus": mig_gpus("mig")},
+    }
+    # Max stun 100 s: the stun rule never fires here; only the budget can stop it.
+    with Fleet(binary, hosts, policy={"max_stun": "100s", "budget_min": "8s"}) as f:
+        plan = f.run_ctl(f.evacuate_argv("gpu-a", "--dry-run", "--json"))
+        actions = json.loads(plan.stdout)["actions"] if plan.returncode == 0 else []
+        check("the plan gives llm-5's migration a budget of 8 s (the policy's budget_min)",
+              [(a["action"], a.get("budget_ms")) for a in actions] == [("live-migrate", 8000)], plan.stdout)
+        w = Watch(f, f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", "--poll", "100ms"))
+        t_start, m = w.wait_for(r"llm-5: live-migrate to (gpu-.) started", 60)
+        if not check("llm-5's migration started", t_start is not None, w.text()):
+            w.finish(5)
+            return
+        time.sleep(1.0)
+        f.cluster.set_rate("gpu-a", "2mbit")
+        cut_unix_ms = time.time() * 1000
+        rc = w.finish(120)
+        text = w.text()
+        migrates = [j for j in f.jobs("gpu-a") if j["kind"] == "migrate" and j["vm"] == "llm-5"]
+        job = json.dumps(migrates)
+        check("gpu-a's migrate job ran under that budget (its error names max total 8 s)",
+              len(migrates) == 1 and "beyond max total 8 s" in job, job[:3000])
+        check("it failed over its budget, the source running with its memory intact",
+              len(migrates) == 1 and migrates[0]["state"] == "failed" and "RUNNING with its memory intact" in job
+              and "time budget" in job, job[:3000])
+        if migrates and migrates[0].get("ended_unix_ms"):
+            after = (migrates[0]["ended_unix_ms"] - cut_unix_ms) / 1000
+            check(f"the migration ended {after:.1f} s after the cut (within 5 s)", after < 5, job[:3000])
+        report = json.loads(w.out) if w.out.strip() else {}
+        outcome = {v["vm"]: v for v in report.get("vms", [])}.get("llm-5", {})
+        check("the evacuation re-planned llm-5: blocked, with the reason (exit 1)",
+              rc == 1 and outcome.get("outcome") == "blocked" and "re-planned the VMs left after" in text,
+              f"exit {rc}: {outcome} {text[-2000:]}")
+        check("llm-5 runs on at gpu-a", f.vms_on("gpu-a") == ["llm-5"], str(f.vms_on("gpu-a")))
+
+
 def race(binary):
     print("-- 5. two controllers on one etcd store race for the last free slot", flush=True)
     if shutil.which("etcd") is None:
@@ -401,7 +442,7 @@ def main():
     os.environ.setdefault("GPUMIGRATE_CALIBRATION", f"/tmp/gm-evacuation-test-{os.getpid()}-calibration.json")
     t0 = time.monotonic()
     try:
-        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race)
+        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race, budget)
         # GM_CLUSTER_SCENARIOS=name,name runs only those.
         only = [n for n in os.environ.get("GM_CLUSTER_SCENARIOS", "").split(",") if n]
         unknown = set(only) - {f.__name__ for f in scenarios}

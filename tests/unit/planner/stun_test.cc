@@ -85,6 +85,29 @@ TEST(PlannerStun, PlanSaysWhichBasisItUsed) {
   EXPECT_NE(a.reason.find("re-predicted from the measured profile"), std::string::npos) << a.reason;
 }
 
+// Each live migration carries its time budget (evacuate's --max-total): the
+// policy's factor times its planned duration, never under the policy's minimum.
+TEST(PlannerStun, EachMigrationGetsItsTimeBudget) {
+  J vms = J::array({VmJ("big", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, Est(8000, 40000))});
+  J hosts = J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1)});
+  Plan p = PlanOf(Inv(hosts, vms), "gpu-a");
+  const auto& a = ActionOf(p, "big");
+  ASSERT_EQ(a.action, Action::kLiveMigrate);
+  ASSERT_EQ(a.end_ms - a.start_ms, 40000);
+  EXPECT_EQ(a.budget_ms, 120000);  // the default factor 3
+  EXPECT_NE(PlanToJson(p).find("\"budget_ms\": 120000"), std::string::npos) << PlanToJson(p);
+  Plan q = PlanOf(Inv(hosts, vms, J::array(), {{"max_stun", "100s"}, {"budget_factor", 1.5}}), "gpu-a");
+  EXPECT_EQ(ActionOf(q, "big").budget_ms, 60000);
+  // A short migration gets the minimum: a few seconds of noise must not abort it.
+  Plan r = PlanOf(Inv(hosts, vms, J::array(), {{"max_stun", "100s"}, {"budget_min", "200s"}}), "gpu-a");
+  EXPECT_EQ(ActionOf(r, "big").budget_ms, 200000);
+  // Below 1 the budget would be shorter than the plan itself: refused, naming the key.
+  auto bad = ParseInventory(Inv(hosts, vms, J::array(), {{"budget_factor", 0.5}}).dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("policy.budget_factor"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST(PlannerStun, Formats) {
   EXPECT_EQ(Gbit(6.25e9), "50 Gbit");
   EXPECT_EQ(Gbit(12.5e9), "100 Gbit");
