@@ -13,8 +13,14 @@ first), so the plan predicts this fleet and not a real one. Then:
   2. the evacuation as planned (`evacuate --yes`), wall time;
   3. the fleet built again, and the same evacuation in fixed batches
      (`evacuate --yes --batched`), wall time.
-One JSON line: each wall time beside the plan's prediction for it, and the
-pipelined run beside the batched one (its peer in the same run). Needs root.
+One JSON line: each wall time beside the plan's prediction for it, the
+pipelined run beside the batched one (its peer in the same run), and per VM of
+each run: the predicted stun beside the measured one (and their error), the
+plan's start and end beside the migrate job's (ms from the evacuation's start),
+the share the plan gave its final round (and how many migrations beside it),
+and the rounds the engine ran (the pipelined run: the plan's per-VM figures are
+its schedule's); then the median and worst stun error over those VMs. `--dump FILE` also writes the plans, reports and agents' job
+records. Needs root.
 """
 import argparse
 import json
@@ -59,12 +65,37 @@ def run_fleet(binary, rate, hosts, estimates, extra):
         if r.returncode != 0:
             raise RuntimeError(f"the plan is not feasible: {r.stdout} {r.stderr}")
         plan = json.loads(r.stdout)
-        t0 = time.monotonic()
+        t0, t0_unix_ms = time.monotonic(), time.time() * 1000
         r = f.run_ctl(f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", *extra), timeout=900)
         wall_ms = (time.monotonic() - t0) * 1000
         if r.returncode != 0:
             raise RuntimeError(f"evacuate {' '.join(extra)} exited {r.returncode}: {r.stderr[-2000:]}")
-        return wall_ms, json.loads(r.stdout), plan
+        jobs = [j for j in f.jobs("gpu-a") if j["kind"] == "migrate"]
+        return wall_ms, json.loads(r.stdout), plan, {"t0_unix_ms": t0_unix_ms, "jobs": jobs}
+
+
+def per_vm(plan, report, run):
+    """Per VM: the plan's prediction beside what its migration did."""
+    measured = {v["vm"]: v for v in report["vms"]}
+    jobs = {j["vm"]: j for j in run["jobs"]}
+    out = {}
+    for a in plan["actions"]:
+        if a["action"] != "live-migrate":
+            continue
+        v, j = measured.get(a["vm"], {}), jobs.get(a["vm"], {})
+        rep = j.get("report", {})
+        stun = v.get("stun_ms")
+        out[a["vm"]] = {
+            "predicted_stun_ms": a["predicted_stun_ms"], "stun_ms": stun,
+            "stun_error": round(stun / a["predicted_stun_ms"] - 1, 3) if stun and a["predicted_stun_ms"] else None,
+            "plan_start_ms": a["start_ms"], "plan_end_ms": a["end_ms"],
+            "start_ms": round(j["started_unix_ms"] - run["t0_unix_ms"]) if j.get("started_unix_ms") else None,
+            "end_ms": round(j["ended_unix_ms"] - run["t0_unix_ms"]) if j.get("ended_unix_ms") else None,
+            "final_bandwidth_bytes_per_s": a.get("final_bandwidth_bytes_per_s"),
+            "final_shared_with": a.get("final_shared_with"),
+            "rounds": len(rep.get("rounds", [])), "stop_reason": rep.get("stop_reason"),
+        }
+    return out
 
 
 def main():
@@ -72,6 +103,7 @@ def main():
     ap.add_argument("gpumigrate")
     ap.add_argument("--rate", default="200mbit", help="every link, tc syntax (mbit or gbit)")
     ap.add_argument("--hosts", type=int, default=5)
+    ap.add_argument("--dump", help="write the plans, reports and agents' job records to this file")
     args = ap.parse_args()
     why = cluster.available()
     if why:
@@ -88,9 +120,15 @@ def main():
             if r.returncode != 0:
                 raise RuntimeError(f"estimate of {name}: {r.stderr[-1000:]}")
             estimates[name] = json.loads(r.stdout)
-        wall, report, plan = run_fleet(binary, args.rate, args.hosts, estimates, [])
-        bwall, breport, _ = run_fleet(binary, args.rate, args.hosts, estimates, ["--batched"])
+        wall, report, plan, run = run_fleet(binary, args.rate, args.hosts, estimates, [])
+        bwall, breport, _, brun = run_fleet(binary, args.rate, args.hosts, estimates, ["--batched"])
+        if args.dump:
+            with open(args.dump, "w") as fo:
+                json.dump({"plan": plan, "report": report, "run": run, "batched_report": breport,
+                           "batched_run": brun, "estimates": estimates}, fo, indent=1)
         stun = {v["vm"]: v.get("stun_ms") for v in report["vms"]}
+        vms = per_vm(plan, report, run)
+        errors = sorted(abs(v["stun_error"]) for v in vms.values() if v["stun_error"] is not None)
         out = {
             "bench": "evacuate", "hosts": args.hosts, "vms": len(VMS), "rate": args.rate,
             "plan_total_ms": plan["total_ms"], "wall_ms": round(wall, 1),
@@ -101,6 +139,11 @@ def main():
             "predicted_stun_ms": {a["vm"]: a["predicted_stun_ms"] for a in plan["actions"]},
             "stun_ms": stun,
             "outcomes": sorted({v["outcome"] for v in report["vms"] + breport["vms"]}),
+            "per_vm": vms, "batched_stun_ms": {v["vm"]: v.get("stun_ms") for v in breport["vms"]},
+            "stun_error_median": round(errors[len(errors) // 2] if len(errors) % 2 else
+                                       (errors[len(errors) // 2 - 1] + errors[len(errors) // 2]) / 2, 3)
+            if errors else None,
+            "stun_error_worst": errors[-1] if errors else None,
         }
         print(json.dumps(out))
         return 0

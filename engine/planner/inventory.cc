@@ -61,6 +61,8 @@ Result<Policy> ParsePolicy(const Json& root) {
   if (factor) p.budget_factor = *factor;
   GM_ASSIGN_OR_RETURN(auto budget_min, ReadDuration(v, "budget_min", "policy"));
   if (budget_min) p.budget_min = *budget_min;
+  GM_ASSIGN_OR_RETURN(auto overhead, ReadDuration(v, "migration_overhead", "policy"));
+  if (overhead) p.migration_overhead = *overhead;
   return p;
 }
 

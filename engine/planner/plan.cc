@@ -59,6 +59,8 @@ struct Work {
   bool alone = false;
   double pair_bw = 0, pair_stun_ms = 0;  // the share beside one other migration, and the stun there
   uint32_t shared_with = 0;
+  double final_bw = 0;  // the final round's share (schedule.h)
+  uint32_t final_shared_with = 0;
   std::string why;  // the decision's own words (completed after the schedule)
   int32_t job = -1;
 };
@@ -377,9 +379,10 @@ class Planner {
         job.max_stun_ms = static_cast<int64_t>(std::floor(w.max_stun_ms));
         const Vm* vm = w.vm;
         std::chrono::nanoseconds max_stun = w.max_stun;
-        job.at = [vm, max_stun](double bw) {
+        const int64_t overhead = CeilMs(std::chrono::duration<double, std::milli>(inv_.policy.migration_overhead).count());
+        job.at = [vm, max_stun, overhead](double bw) {
           StunAt a = PredictStunAt(*vm, bw, max_stun);
-          return Timed{CeilMs(a.total_ms), CeilMs(a.stun_ms)};
+          return Timed{CeilMs(a.total_ms) + overhead, CeilMs(a.stun_ms), a.final_bytes, a.fixed_ms, overhead};
         };
       } else if (w.action == Action::kDrainAndReplace) {
         const Group& g = group(w);
@@ -408,6 +411,8 @@ class Planner {
       const JobTiming& jt = sched.pipelined.jobs[w.job];
       w.bw = jt.bandwidth_bytes_per_s;
       w.shared_with = jt.shared_with;
+      w.final_bw = jt.final_bandwidth_bytes_per_s;
+      w.final_shared_with = jt.final_shared_with;
       w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
       w.at.stun_ms = static_cast<double>(jt.t.stun_ms);  // the text says what the JSON does
     }
@@ -435,6 +440,8 @@ class Planner {
         a.predicted_stun_ms = sched.pipelined.jobs[w.job].t.stun_ms;
         a.bandwidth_bytes_per_s = w.bw;
         a.link_shared_with = w.shared_with;
+        a.final_bandwidth_bytes_per_s = w.final_bw;
+        a.final_shared_with = w.final_shared_with;
         a.link_alone = w.alone;
         a.stun_basis = w.at.basis;
         a.budget_ms = std::max<int64_t>(
@@ -507,6 +514,12 @@ class Planner {
                                          w.shared_with == 1 ? "" : "s");
     std::string text = fmt::format("predicted stun {} at {} is within {}", Seconds(w.at.stun_ms), link,
                                    Seconds(w.max_stun_ms));
+    if (w.at.final_bytes > 0) {  // re-predicted at its final round's share (schedule.h)
+      text += w.final_shared_with == 0
+                  ? fmt::format(" (its final round at {}, no other migration on its links then)", Gbit(w.final_bw))
+                  : fmt::format(" (its final round at {}, beside {} other migration{} then)", Gbit(w.final_bw),
+                                w.final_shared_with, w.final_shared_with == 1 ? "" : "s");
+    }
     if (w.alone) {
       text += fmt::format("; it runs alone: sharing the link ({} beside one other migration) would make its stun {}",
                           Gbit(w.pair_bw), Seconds(w.pair_stun_ms));

@@ -27,6 +27,8 @@ std::string PlanToJson(const Plan& p) {
     if (a.action == Action::kLiveMigrate) {
       x["bandwidth_bytes_per_s"] = static_cast<int64_t>(a.bandwidth_bytes_per_s);
       x["link_shared_with"] = a.link_shared_with;
+      x["final_bandwidth_bytes_per_s"] = static_cast<int64_t>(a.final_bandwidth_bytes_per_s);
+      x["final_shared_with"] = a.final_shared_with;
       x["link_alone"] = a.link_alone;
       x["stun_basis"] = a.stun_basis;
       x["budget_ms"] = a.budget_ms;

@@ -244,6 +244,41 @@ Timing Batched(const std::vector<Job>& jobs, const std::vector<size_t>& order, c
   return t;
 }
 
+// Each migration's stun at the share its final round really gets: its links
+// divided among the migrations moving bytes on them when its stun begins (none:
+// the whole link), not the share it started with. A migration left alone by
+// the others' ends switches over at the whole link; one whose final round
+// meets another's bulk gets a part. A stun that would exceed max stun at that
+// share keeps its figure at the rounds' share: the engine's rule runs another
+// round rather than switch over so.
+void FinalShares(const std::vector<Job>& jobs, const std::vector<HostLimit>& hosts, Timing& t) {
+  std::vector<int64_t> stun_from(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) stun_from[i] = t.jobs[i].start_ms + t.jobs[i].t.duration_ms - t.jobs[i].t.stun_ms;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    if (!j.migration) continue;
+    JobTiming& ji = t.jobs[i];
+    double bw = INFINITY;
+    uint32_t most = 0;
+    for (uint32_t h : {j.source, j.target}) {
+      uint32_t n = 0;
+      for (size_t k = 0; k < jobs.size(); ++k) {
+        const Job& o = jobs[k];
+        if (k == i || !o.migration || (o.source != h && o.target != h)) continue;
+        const JobTiming& jk = t.jobs[k];
+        n += jk.start_ms + jk.t.setup_ms <= stun_from[i] && stun_from[i] < jk.start_ms + jk.t.duration_ms;
+      }
+      bw = std::min(bw, hosts[h].link_bytes_per_s / (1 + n));
+      most = std::max(most, n);
+    }
+    ji.final_bandwidth_bytes_per_s = bw;
+    ji.final_shared_with = most;
+    if (ji.t.final_bytes <= 0 || !(bw > 0)) continue;
+    const auto stun = static_cast<int64_t>(std::ceil(ji.t.fixed_ms + ji.t.final_bytes / bw * 1e3 - 1e-9));
+    if (stun <= j.max_stun_ms) ji.t.stun_ms = stun;
+  }
+}
+
 }  // namespace
 
 ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimit>& hosts,
@@ -266,6 +301,8 @@ ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimi
   // PLANNER.md: each action starts as soon as capacity allows (a migration slot
   // on both hosts, and its share of both links).
   r.pipelined = pipe.Run(order);
+  FinalShares(jobs, hosts, r.batched);
+  FinalShares(jobs, hosts, r.pipelined);
   if (r.pipelined.total_ms > r.batched.total_ms) {
     r.pipelined = r.batched;
     r.used_batched = true;

@@ -20,6 +20,10 @@
 // own); the members of a batch share the links evenly; each batch starts when
 // the previous one's slowest action ends. Should the pipelined schedule ever be
 // the longer, the plan runs the batched one.
+//
+// In both, each migration's stun is then predicted at the share its final
+// round gets: its links divided among the migrations moving bytes on them when
+// its stun begins (the whole link when none is).
 // Pure.
 #pragma once
 
@@ -32,6 +36,12 @@ namespace gpumigrate::planner {
 struct Timed {
   int64_t duration_ms = 0;
   int64_t stun_ms = 0;
+  // The stun's final round (0 bytes: not re-predicted): the stun at share B is
+  // fixed_ms + final_bytes / B. setup_ms: the start of duration_ms that moves
+  // nothing (processes starting), so it shares no link.
+  double final_bytes = 0;
+  double fixed_ms = 0;
+  int64_t setup_ms = 0;
 };
 
 struct Job {
@@ -60,6 +70,10 @@ struct JobTiming {
   Timed t;
   double bandwidth_bytes_per_s = 0;
   uint32_t shared_with = 0;  // the other migrations the link share assumed
+  // The final round's share: the links divided among the migrations moving
+  // bytes on them when the stun begins (the whole link when none is).
+  double final_bandwidth_bytes_per_s = 0;
+  uint32_t final_shared_with = 0;
 };
 
 struct Timing {

@@ -30,6 +30,8 @@ StunAt PredictStunAt(const Vm& vm, double bw, std::chrono::nanoseconds max_stun)
     ModelRun run = RunModel(p, params, WorkingSetCurve::Bound::kMid, rate);
     out.stun_ms = run.stun_ms;
     out.total_ms = std::max(run.total_ms, run.stun_ms);
+    out.final_bytes = run.final_bytes;
+    out.fixed_ms = std::chrono::duration<double, std::milli>(params.fixed_cost).count();
   } else if (e.present) {
     out.basis = "scaled";
     // Both ways: the estimate's figures are all transfer time at estimate.link

@@ -22,6 +22,10 @@ struct StunAt {
   double stun_ms = 0;
   double total_ms = 0;
   std::string basis;  // "profile", "scaled", "frame-buffer"
+  // "profile" only (else 0): the final round's bytes and the stun's fixed part,
+  // so the stun can be re-predicted at the share the final round really gets.
+  double final_bytes = 0;
+  double fixed_ms = 0;
 };
 
 StunAt PredictStunAt(const Vm& vm, double bandwidth_bytes_per_s, std::chrono::nanoseconds max_stun);

@@ -94,6 +94,11 @@ struct Policy {
   // that can no longer end within it aborts (the source runs on) and is re-planned.
   double budget_factor = 3.0;
   std::chrono::nanoseconds budget_min = std::chrono::seconds(60);
+  // What each live migration costs beyond its transfer, as `evacuate` runs it:
+  // the agents start a receive and a migrate process (TLS handshakes, the
+  // device opened), the receive ends after the source, the controller polls.
+  // Measured 1.1-1.5 s per migration on the project's 2-core VM (README).
+  std::chrono::nanoseconds migration_overhead = std::chrono::seconds(1);
 };
 
 struct Inventory {
@@ -142,6 +147,10 @@ struct PlannedAction {
   // Extensions (added keys): how the stun was predicted and at what bandwidth.
   double bandwidth_bytes_per_s = 0;  // live-migrate: the share it gets
   uint32_t link_shared_with = 0;     // other migrations it may share a link with
+  // live-migrate: the share of its final round (the stun), from the migrations
+  // the schedule runs beside it then (alone: the whole link).
+  double final_bandwidth_bytes_per_s = 0;
+  uint32_t final_shared_with = 0;
   bool link_alone = false;           // needs the link alone to stay within max stun
   std::string stun_basis;            // "profile", "scaled", "frame-buffer"
 };

@@ -2,6 +2,7 @@
 // link shares, alone-on-the-link migrations, drains that keep min_serving, and
 // the pipelined total beside the batched one.
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "engine/planner/schedule.h"
@@ -207,6 +208,70 @@ TEST(PlannerSchedule, MigrationsThatFitTogetherAllStartAtOnce) {
   Plan q = PlanOf(Inv(mig, mvms), "src");
   ASSERT_TRUE(q.feasible) << q.reason;
   for (const auto& a : q.actions) EXPECT_EQ(a.start_ms, 0) << a.vm;
+}
+
+// A migration of `bytes` whose final round is `final_bytes` after a fixed 5 ms
+// (bytes/s in, times in ms out), starting with `setup_ms` that moves nothing.
+Job Transfer(uint32_t target, double bytes, double final_bytes, int64_t setup_ms = 0) {
+  Job j;
+  j.source = 0;
+  j.target = target;
+  j.max_stun_ms = 100'000;
+  j.at = [=](double bw) {
+    const double stun = 5 + final_bytes / bw * 1e3;
+    return Timed{setup_ms + static_cast<int64_t>(std::ceil(bytes / bw * 1e3 + stun)),
+                 static_cast<int64_t>(std::ceil(stun)), final_bytes, 5, setup_ms};
+  };
+  return j;
+}
+
+// The stun is predicted at the share the final round gets, not the one the
+// migration started with: a long migration whose partner has ended switches
+// over with the whole link; a short one whose final round meets the long one's
+// bulk gets half of it.
+TEST(PlannerSchedule, EachStunIsPredictedAtItsFinalRoundsShare) {
+  std::vector<HostLimit> hosts{{2, 1000}, {2, 1000}, {2, 1000}};
+  std::vector<Job> jobs{Transfer(1, 8000, 100), Transfer(2, 2000, 100)};
+  ScheduleResult r = Schedule(jobs, hosts, {});
+  const JobTiming& longer = r.pipelined.jobs[0];
+  const JobTiming& shorter = r.pipelined.jobs[1];
+  ASSERT_EQ(longer.start_ms, 0);
+  ASSERT_EQ(shorter.start_ms, 0);
+  EXPECT_DOUBLE_EQ(longer.bandwidth_bytes_per_s, 500);  // both started on half the source's link
+  EXPECT_DOUBLE_EQ(longer.final_bandwidth_bytes_per_s, 1000);
+  EXPECT_EQ(longer.final_shared_with, 0u);
+  EXPECT_EQ(longer.t.stun_ms, 105);  // 5 ms + 100 B at 1000 B/s, not the 205 ms at its start share
+  EXPECT_DOUBLE_EQ(shorter.final_bandwidth_bytes_per_s, 500);
+  EXPECT_EQ(shorter.final_shared_with, 1u);
+  EXPECT_EQ(shorter.t.stun_ms, 205);
+}
+
+// A migration still starting (its processes, its handshakes) moves no bytes:
+// another's final round beside it has the link to itself.
+TEST(PlannerSchedule, AMigrationStillStartingTakesNoShareOfAFinalRound) {
+  std::vector<HostLimit> hosts{{2, 1000}, {2, 1000}, {2, 1000}};
+  std::vector<Job> jobs{Transfer(1, 8000, 100, 30'000), Transfer(2, 2000, 100)};
+  ScheduleResult r = Schedule(jobs, hosts, {});
+  EXPECT_DOUBLE_EQ(r.pipelined.jobs[1].final_bandwidth_bytes_per_s, 1000);
+  EXPECT_EQ(r.pipelined.jobs[1].t.stun_ms, 105);
+}
+
+// The policy's migration overhead (process starts, the controller's polls) is
+// part of every migration's planned duration, not of its stun.
+TEST(PlannerSchedule, EveryMigrationCarriesThePolicysOverhead) {
+  J hosts = J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1)});
+  J vms = J::array({VmJ("v", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, Est(1000, 20000))});
+  const PlannedAction bare = ActionOf(PlanOf(Inv(hosts, vms), "gpu-a"), "v");
+  const PlannedAction with = ActionOf(
+      PlanOf(Inv(hosts, vms, J::array(), {{"max_stun", "100s"}, {"migration_overhead", "1500ms"}}), "gpu-a"), "v");
+  EXPECT_EQ(with.end_ms - with.start_ms, bare.end_ms - bare.start_ms + 1500);
+  EXPECT_EQ(with.predicted_stun_ms, bare.predicted_stun_ms);
+  // Without a policy key, 1 s (the default).
+  J no_key = J::parse(Inv(hosts, vms).dump());
+  no_key["policy"].erase("migration_overhead");
+  auto parsed = ParseInventory(no_key.dump());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(parsed->policy.migration_overhead, std::chrono::seconds(1));
 }
 
 }  // namespace
