@@ -204,10 +204,14 @@ class Evacuation {
     return false;
   }
 
+  // The live migrations holding a slot of `host`. A migration whose source has
+  // completed (confirm: the target's receive still finishing) holds its
+  // target's slot only: the source starts its next one at once.
   int Busy(const std::string& host) const {
     int n = 0;
     for (const auto& r : running_) {
-      n += r.a.action == planner::Action::kLiveMigrate && (r.source == host || r.target == host);
+      n += r.a.action == planner::Action::kLiveMigrate &&
+           ((r.source == host && r.phase != "confirm") || r.target == host);
     }
     return n;
   }

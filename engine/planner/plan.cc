@@ -382,7 +382,10 @@ class Planner {
         const int64_t overhead = CeilMs(std::chrono::duration<double, std::milli>(inv_.policy.migration_overhead).count());
         job.at = [vm, max_stun, overhead](double bw) {
           StunAt a = PredictStunAt(*vm, bw, max_stun);
-          return Timed{CeilMs(a.total_ms) + overhead, CeilMs(a.stun_ms), a.final_bytes, a.fixed_ms, overhead};
+          // A third of the overhead before the transfer (processes starting), the
+          // rest after it (the source's process ending, the target's receive finishing).
+          return Timed{CeilMs(a.total_ms) + overhead, CeilMs(a.stun_ms), a.final_bytes, a.fixed_ms, overhead / 3,
+                       overhead - overhead / 3};
         };
       } else if (w.action == Action::kDrainAndReplace) {
         const Group& g = group(w);

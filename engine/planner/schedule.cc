@@ -139,6 +139,7 @@ class Pipeline {
     double floor = std::min(s.link_bytes_per_s / s.max_migrations,
                             d.link_bytes_per_s / std::min(d.max_migrations, s.max_migrations));
     uint32_t others = std::max(busy_[j.source], busy_[j.target]);
+    bool raised = false;  // a smaller share would break max stun
     for (uint32_t m = k; m >= 1; --m) {
       uint32_t ms = std::min(ks, m), md = std::min(kd, m);
       double bw = std::min(free(j.source) / ms, free(j.target) / md);
@@ -147,9 +148,13 @@ class Pipeline {
         return false;
       }
       Timed t = timer_.At(i, bw);
-      if (t.stun_ms > j.max_stun_ms && m > 1) continue;  // needs a larger share
+      if (t.stun_ms > j.max_stun_ms && m > 1) {  // needs a larger share
+        raised = true;
+        continue;
+      }
       if (t.stun_ms > j.max_stun_ms && !idle) return false;  // wait for more of the link
       JobTiming jt{now, t, bw, std::max({ms - 1, md - 1, others})};
+      jt.whole_link = raised && m == 1;
       if (j.group >= 0 && !idle && !GroupAllows(windows_[j.group], StunWindow(jt), groups_[j.group])) return false;
       out = jt;
       return true;
@@ -244,40 +249,254 @@ Timing Batched(const std::vector<Job>& jobs, const std::vector<size_t>& order, c
   return t;
 }
 
-// Each migration's stun at the share its final round really gets: its links
-// divided among the migrations moving bytes on them when its stun begins (none:
-// the whole link), not the share it started with. A migration left alone by
-// the others' ends switches over at the whole link; one whose final round
-// meets another's bulk gets a part. A stun that would exceed max stun at that
-// share keeps its figure at the rounds' share: the engine's rule runs another
-// round rather than switch over so.
-void FinalShares(const std::vector<Job>& jobs, const std::vector<HostLimit>& hosts, Timing& t) {
-  std::vector<int64_t> stun_from(jobs.size());
-  for (size_t i = 0; i < jobs.size(); ++i) stun_from[i] = t.jobs[i].start_ms + t.jobs[i].t.duration_ms - t.jobs[i].t.stun_ms;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    const Job& j = jobs[i];
-    if (!j.migration) continue;
-    JobTiming& ji = t.jobs[i];
-    double bw = INFINITY;
-    uint32_t most = 0;
-    for (uint32_t h : {j.source, j.target}) {
-      uint32_t n = 0;
-      for (size_t k = 0; k < jobs.size(); ++k) {
-        const Job& o = jobs[k];
-        if (k == i || !o.migration || (o.source != h && o.target != h)) continue;
-        const JobTiming& jk = t.jobs[k];
-        n += jk.start_ms + jk.t.setup_ms <= stun_from[i] && stun_from[i] < jk.start_ms + jk.t.duration_ms;
-      }
-      bw = std::min(bw, hosts[h].link_bytes_per_s / (1 + n));
-      most = std::max(most, n);
+// The schedule as the controller runs it (cli/evacuate_command.cc
+// StartWhatFits): each action in the schedule's order starts as soon as its
+// hosts have a migration slot (and a link to itself when it needs one), and
+// the links are shared as TCP shares them: each link divided evenly among the
+// migrations moving bytes on it at every instant (a migration gets the smaller
+// of its two links' parts), so one whose partner has ended speeds up. A
+// migration first sets up (setup_ms, no bytes), moves its rounds' bytes, then
+// its final round's (the stun: those bytes, then the fixed part), then tears
+// down (teardown_ms, no bytes: the target's receive finishing); its source's
+// slot frees when the teardown begins, its target's when it ends. Its bytes come from the
+// model at the rate it got on the previous pass (two passes), so a migration
+// that ran faster also dirtied less. Batched: a batch starts once the one
+// before has ended. Group members never start before the reserved schedule
+// started them (their stun windows were placed for min_serving there).
+class Replay {
+ public:
+  Replay(const std::vector<Job>& jobs, const std::vector<HostLimit>& hosts, Timer& timer)
+      : jobs_(jobs), hosts_(hosts), timer_(timer) {}
+
+  void Run(Timing& t, bool batched) {
+    std::vector<double> rate(jobs_.size(), 0);
+    for (size_t i = 0; i < jobs_.size(); ++i) rate[i] = t.jobs[i].bandwidth_bytes_per_s;
+    Timing planned = t;
+    for (int pass = 0; pass < 2; ++pass) {
+      Timing next = planned;
+      if (!Simulate(planned, rate, batched, next)) return;  // keeps the reserved schedule
+      for (size_t i = 0; i < jobs_.size(); ++i) rate[i] = avg_[i] > 0 ? avg_[i] : rate[i];
+      t = next;
     }
-    ji.final_bandwidth_bytes_per_s = bw;
-    ji.final_shared_with = most;
-    if (ji.t.final_bytes <= 0 || !(bw > 0)) continue;
-    const auto stun = static_cast<int64_t>(std::ceil(ji.t.fixed_ms + ji.t.final_bytes / bw * 1e3 - 1e-9));
-    if (stun <= j.max_stun_ms) ji.t.stun_ms = stun;
   }
-}
+
+ private:
+  struct Live {
+    size_t i = 0;
+    int phase = 0;  // 0 setup, 1 rounds, 2 final bytes, 3 fixed, 4 teardown
+    double until = 0;  // phases 0, 3, 4: when it ends
+    double left = 0;   // phases 1, 2: bytes left
+    double start = 0, stun_from = 0, moved = 0, moving_ms = 0;
+    bool source_freed = false;
+  };
+
+  // The job's figures at `bw`: setup, rounds' bytes, final bytes, fixed, teardown.
+  struct Shape {
+    double setup_ms, bytes, final_bytes, fixed_ms, teardown_ms;
+  };
+  Shape ShapeAt(size_t i, double bw) {
+    const Timed t = timer_.At(i, bw);
+    Shape s{static_cast<double>(t.setup_ms), 0, t.final_bytes, t.fixed_ms, static_cast<double>(t.teardown_ms)};
+    if (s.final_bytes <= 0) {  // scaled or frame-buffer: the stun is its bytes at the share
+      s.final_bytes = static_cast<double>(t.stun_ms) / 1e3 * bw;
+      s.fixed_ms = 0;
+    }
+    const double rounds_ms = static_cast<double>(t.duration_ms - t.stun_ms - t.setup_ms - t.teardown_ms);
+    s.bytes = std::max(0.0, rounds_ms) / 1e3 * bw;
+    return s;
+  }
+
+  double RateOf(size_t i, const std::vector<uint32_t>& moving) const {
+    const Job& j = jobs_[i];
+    return std::min(hosts_[j.source].link_bytes_per_s / std::max(1u, moving[j.source]),
+                    hosts_[j.target].link_bytes_per_s / std::max(1u, moving[j.target]));
+  }
+
+  bool Simulate(const Timing& planned, const std::vector<double>& rate, bool batched, Timing& out) {
+    const size_t nh = hosts_.size();
+    std::vector<size_t> order;
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      if (jobs_[i].migration && jobs_[i].at) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return planned.jobs[a].start_ms < planned.jobs[b].start_ms; });
+    std::vector<Shape> shape(jobs_.size());
+    for (size_t i : order) {
+      if (!(rate[i] > 0)) return false;
+      shape[i] = ShapeAt(i, rate[i]);
+    }
+    avg_.assign(jobs_.size(), 0);
+    std::vector<uint32_t> busy(nh, 0), alone(nh, 0);
+    std::vector<Live> live;
+    std::vector<size_t> pending = order;
+    double now = 0, batch_end = 0;
+    int64_t batch_start = -1;
+    for (int guard = 0; guard < 100000 && (!pending.empty() || !live.empty()); ++guard) {
+      // Start what fits, in order (a later one may overtake one that must wait).
+      for (auto it = pending.begin(); it != pending.end();) {
+        const size_t i = *it;
+        const Job& j = jobs_[i];
+        const bool own = j.alone || planned.jobs[i].whole_link;
+        bool fits = true;
+        for (uint32_t h : {j.source, j.target}) {
+          fits &= busy[h] < hosts_[h].max_migrations && !alone[h] && !(own && busy[h] > 0);
+        }
+        if (batched) {  // the next batch waits for the whole batch before it
+          const int64_t b = planned.jobs[i].start_ms;
+          fits &= b == batch_start || (live.empty() && now >= batch_end);
+        } else if (j.group >= 0) {
+          fits &= now >= static_cast<double>(planned.jobs[i].start_ms);
+        }
+        if (!fits) {
+          ++it;
+          continue;
+        }
+        if (batched) batch_start = planned.jobs[i].start_ms;
+        for (uint32_t h : {j.source, j.target}) {
+          ++busy[h];
+          alone[h] += own;
+        }
+        Live l;
+        l.i = i;
+        l.start = now;
+        l.until = now + shape[i].setup_ms;
+        live.push_back(l);
+        it = pending.erase(it);
+      }
+      if (live.empty()) {  // waits for a group window or the next batch
+        double next = INFINITY;
+        for (size_t i : pending) next = std::min(next, static_cast<double>(planned.jobs[i].start_ms));
+        if (!std::isfinite(next) || next <= now) return false;
+        now = next;
+        continue;
+      }
+      // Phases that end without time (nothing to move, no fixed part) advance at
+      // once; a migration that ended frees its slots before time moves on.
+      bool moved_on = true;
+      while (moved_on) {
+        moved_on = false;
+        for (Live& l : live) moved_on |= Advance(l, shape[l.i], now, out);
+      }
+      bool ended = false;
+      for (auto it = live.begin(); it != live.end();) {
+        const Job& j = jobs_[it->i];
+        const uint32_t own = j.alone || planned.jobs[it->i].whole_link;
+        if (it->phase >= 4 && !it->source_freed) {
+          // Its source is done: the controller starts the source's next migration
+          // while the target's receive finishes (cli/evacuate_command.cc, Busy).
+          --busy[j.source];
+          alone[j.source] -= own;
+          it->source_freed = true;
+          ended = true;
+        }
+        if (it->phase == 5) {
+          --busy[j.target];
+          alone[j.target] -= own;
+          batch_end = std::max(batch_end, now);
+          it = live.erase(it);
+          ended = true;
+        } else {
+          ++it;
+        }
+      }
+      if (ended) continue;
+      std::vector<uint32_t> moving(nh, 0);
+      for (const Live& l : live) {
+        if (l.phase == 1 || l.phase == 2) {
+          ++moving[jobs_[l.i].source];
+          if (jobs_[l.i].target != jobs_[l.i].source) ++moving[jobs_[l.i].target];
+        }
+      }
+      double dt = INFINITY;
+      for (const Live& l : live) {
+        if (l.phase == 1 || l.phase == 2) {
+          dt = std::min(dt, l.left / RateOf(l.i, moving) * 1e3);
+        } else if (l.phase != 5) {
+          dt = std::min(dt, l.until - now);
+        }
+      }
+      if (!std::isfinite(dt)) dt = 0;
+      dt = std::max(dt, 0.0);
+      for (Live& l : live) {
+        if (l.phase == 1 || l.phase == 2) {
+          const double r = RateOf(l.i, moving);
+          if (l.phase == 2 && l.stun_from == now && out.jobs[l.i].final_bandwidth_bytes_per_s == 0) {
+            out.jobs[l.i].final_bandwidth_bytes_per_s = r;
+            out.jobs[l.i].final_shared_with =
+                std::max(moving[jobs_[l.i].source], moving[jobs_[l.i].target]) - 1;
+          }
+          l.left = std::max(0.0, l.left - r * dt / 1e3);
+          l.moved += r * dt / 1e3;
+          l.moving_ms += dt;
+        }
+      }
+      now += dt;
+    }
+    if (!pending.empty() || !live.empty()) return false;
+    out.total_ms = 0;
+    for (size_t i = 0; i < jobs_.size(); ++i) out.total_ms = std::max(out.total_ms, out.jobs[i].start_ms + out.jobs[i].t.duration_ms);
+    return true;
+  }
+
+  // Moves `l` into its next phase when the current one is done at `now`; true if it did.
+  bool Advance(Live& l, const Shape& s, double now, Timing& out) {
+    const double eps = 1e-6;
+    JobTiming& jt = out.jobs[l.i];
+    switch (l.phase) {
+      case 0:
+        if (l.until > now + eps) return false;
+        l.phase = 1;
+        l.left = s.bytes;
+        return true;
+      case 1:
+        if (l.left > eps) return false;
+        l.phase = 2;
+        l.left = s.final_bytes;
+        l.stun_from = now;
+        jt.final_bandwidth_bytes_per_s = 0;  // set at the first instant it moves
+        if (l.left <= eps) jt.final_bandwidth_bytes_per_s = RateAlone(l.i);
+        return true;
+      case 2:
+        if (l.left > eps) return false;
+        l.phase = 3;
+        l.until = now + s.fixed_ms;
+        return true;
+      case 3: {
+        if (l.until > now + eps) return false;
+        l.phase = 4;
+        l.until = now + s.teardown_ms;
+        const auto stun = static_cast<int64_t>(std::ceil(now - l.stun_from - 1e-9));
+        // A stun over max stun at this share: the engine runs another round
+        // instead; the reserved schedule's figure stands.
+        if (stun <= jobs_[l.i].max_stun_ms) jt.t.stun_ms = stun;
+        return true;
+      }
+      case 4: {
+        if (l.until > now + eps) return false;
+        l.phase = 5;
+        jt.start_ms = static_cast<int64_t>(std::ceil(l.start - 1e-9));  // rounded as the end is: no false overlap
+        jt.t.duration_ms = static_cast<int64_t>(std::ceil(now - 1e-9)) - jt.start_ms;
+        jt.t.stun_ms = std::min(jt.t.stun_ms, jt.t.duration_ms);
+        // bandwidth_bytes_per_s stays the reserved share (what the schedule
+        // decided with); the rate it really got shows in its times.
+        avg_[l.i] = l.moving_ms > 0 ? l.moved / (l.moving_ms / 1e3) : 0;
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  double RateAlone(size_t i) const {
+    const Job& j = jobs_[i];
+    return std::min(hosts_[j.source].link_bytes_per_s, hosts_[j.target].link_bytes_per_s);
+  }
+
+  const std::vector<Job>& jobs_;
+  const std::vector<HostLimit>& hosts_;
+  Timer& timer_;
+  std::vector<double> avg_;  // each job's average rate while it moved bytes, last pass
+};
 
 }  // namespace
 
@@ -301,8 +520,9 @@ ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimi
   // PLANNER.md: each action starts as soon as capacity allows (a migration slot
   // on both hosts, and its share of both links).
   r.pipelined = pipe.Run(order);
-  FinalShares(jobs, hosts, r.batched);
-  FinalShares(jobs, hosts, r.pipelined);
+  Replay replay(jobs, hosts, timer);
+  replay.Run(r.batched, true);
+  replay.Run(r.pipelined, false);
   if (r.pipelined.total_ms > r.batched.total_ms) {
     r.pipelined = r.batched;
     r.used_batched = true;

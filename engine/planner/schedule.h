@@ -21,9 +21,13 @@
 // the previous one's slowest action ends. Should the pipelined schedule ever be
 // the longer, the plan runs the batched one.
 //
-// In both, each migration's stun is then predicted at the share its final
-// round gets: its links divided among the migrations moving bytes on them when
-// its stun begins (the whole link when none is).
+// Both are then replayed as the controller runs them (schedule.cc, Replay):
+// the same order, each action starting as soon as its hosts have a slot, the
+// links shared evenly at every instant among the migrations moving bytes on
+// them (a migration whose partner ended speeds up), each migration's setup and
+// teardown moving nothing. The replay gives the start and end times, each
+// stun at the share its final round really gets (final_bandwidth_bytes_per_s)
+// and the totals; the reserved shares above decide only order and feasibility.
 // Pure.
 #pragma once
 
@@ -36,12 +40,14 @@ namespace gpumigrate::planner {
 struct Timed {
   int64_t duration_ms = 0;
   int64_t stun_ms = 0;
-  // The stun's final round (0 bytes: not re-predicted): the stun at share B is
-  // fixed_ms + final_bytes / B. setup_ms: the start of duration_ms that moves
-  // nothing (processes starting), so it shares no link.
+  // The stun's final round (0 bytes: its stun scales with the share): the stun
+  // at share B is fixed_ms + final_bytes / B. setup_ms and teardown_ms: the
+  // start and the end of duration_ms that move nothing (processes starting,
+  // the receive ending), so they share no link.
   double final_bytes = 0;
   double fixed_ms = 0;
   int64_t setup_ms = 0;
+  int64_t teardown_ms = 0;
 };
 
 struct Job {
@@ -74,6 +80,7 @@ struct JobTiming {
   // bytes on them when the stun begins (the whole link when none is).
   double final_bandwidth_bytes_per_s = 0;
   uint32_t final_shared_with = 0;
+  bool whole_link = false;  // took the whole link because a part of it would break max stun
 };
 
 struct Timing {

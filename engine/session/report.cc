@@ -76,6 +76,7 @@ std::string ReportToJson(const MigrationReport& r) {
   j["total_ms"] = Round3(r.total_ms);
   j["bytes_sent"] = r.bytes_sent;
   j["bandwidth_bytes_per_s"] = std::round(r.bandwidth_bytes_per_s);
+  j["rounds_bandwidth_bytes_per_s"] = std::round(r.rounds_bandwidth_bytes_per_s);
   nlohmann::ordered_json rounds = nlohmann::ordered_json::array();
   for (const auto& x : r.rounds) {
     rounds.push_back({{"round", x.round},

@@ -638,14 +638,33 @@ Status Source::PreCopy() {
     uint64_t dirty = 0;
     GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
-    report_.bandwidth_bytes_per_s = RecentBandwidth(
+    // The rule's bandwidth: the rounds' recent average, or the rate the link
+    // carries now when that is lower. A link shared with a migration that
+    // started later (an evacuation's migrations on one link) carried this one
+    // faster before: the average still counts those seconds, but the final
+    // round runs at the present rate, and a stun predicted at the average
+    // comes out short (measured: 184-200 ms predicted, 364-427 ms real, on a
+    // link that halved late in round 0). The present rate counts only when the
+    // round's last full LinkWatch window was the link's own measure
+    // (LinkBound: busy or backlogged throughout), so a source slow to produce
+    // never looks like a slow link; a round too short for a window leaves the
+    // average alone. A present rate above the average is not used: the
+    // average is the one the estimator's model samples, and a burst is not a
+    // promise. The report keeps both: bandwidth_bytes_per_s is what the rule
+    // used, rounds_bandwidth_bytes_per_s the average.
+    report_.rounds_bandwidth_bytes_per_s = RecentBandwidth(
         report_.rounds, [](const RoundReport& r) { return r.bytes; }, [](const RoundReport& r) { return r.ms / 1e3; });
+    report_.bandwidth_bytes_per_s = report_.rounds_bandwidth_bytes_per_s;
+    if (watch_.LinkBound() && *watch_.rate() > 0 && *watch_.rate() < report_.bandwidth_bytes_per_s) {
+      report_.bandwidth_bytes_per_s = *watch_.rate();
+    }
     GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size()) - held));
     if (decision_.decision == Decision::kContinue && opt_.max_total.count() > 0) {
       // The time budget at a round boundary too: the next round (the dirty set,
       // at the last round's wire bytes per page byte) and the smallest final
-      // round, at the rate the rounds saw. Within a round JudgeLink asks the
-      // same, but only while the link sets the pace.
+      // round, at the rule's rate above (the present rate when lower than the
+      // rounds' average). Within a round JudgeLink asks the same, but only
+      // while the link sets the pace.
       const RoundReport& last = report_.rounds.back();
       const double wire_per_byte =
           last.raw_bytes > 0 ? std::min(1.0, static_cast<double>(last.bytes) / static_cast<double>(last.raw_bytes)) : 1.0;

@@ -75,7 +75,14 @@ struct MigrationReport {
   StunBreakdown stun_breakdown_ms;
   double total_ms = 0;
   uint64_t bytes_sent = 0;
-  double bandwidth_bytes_per_s = 0;  // measured during pre-copy
+  // The bandwidth the switchover rule used at its last decision: the rounds'
+  // recent average (rounds_bandwidth_bytes_per_s), or the rate the link
+  // carried at the end of the last round when that was lower (a link that
+  // slowed down late, e.g. shared with a migration that started later).
+  double bandwidth_bytes_per_s = 0;
+  // The rounds' recent average alone: bytes over time of the last pre-copy
+  // rounds, back to at least 64 MiB (RecentBandwidth in gpumigrate/switchover.h).
+  double rounds_bandwidth_bytes_per_s = 0;
   std::vector<RoundReport> rounds;
   double predicted_stun_ms = -1;     // at the switchover decision; < 0 when none was made
   std::string switchover_reason;

@@ -142,20 +142,14 @@ TEST(PlannerSchedule, DirectPipelinedNeverLongerThanBatched) {
   ScheduleResult r = Schedule(jobs, hosts, {});
   EXPECT_LE(r.pipelined.total_ms, r.batched.total_ms);
   EXPECT_EQ(r.pipelined.jobs[4].start_ms, 0);  // a drain starts at once
-  // Started at once beside the small ones, the 100 GB one gets half the link for
-  // 20 s; the batched order gives it the whole link (its batch-mate is the drain)
-  // and ends at 13 s, the floor (130 GB over 10 GB/s): the plan runs that.
+  // Started at once beside the small ones, the 100 GB one was reserved half the
+  // link for 20 s. As the controller runs it (the replay), it takes the whole
+  // link once the small ones have ended, so the pipelined order ends at the
+  // floor (130 GB over 10 GB/s) too, not later than the batches.
   EXPECT_EQ(r.pipelined.total_ms, 13'000);
-  EXPECT_TRUE(r.used_batched);
-  // At any moment the reserved shares fit the source link.
-  for (const auto& a : r.pipelined.jobs) {
-    double sum = 0;
-    for (size_t i = 0; i < 4; ++i) {
-      const auto& b = r.pipelined.jobs[i];
-      if (b.start_ms <= a.start_ms && a.start_ms < b.start_ms + b.t.duration_ms) sum += b.bandwidth_bytes_per_s;
-    }
-    EXPECT_LE(sum, 10e9);
-  }
+  EXPECT_FALSE(r.used_batched);
+  EXPECT_DOUBLE_EQ(r.pipelined.jobs[0].bandwidth_bytes_per_s, 5e9);  // the share reserved at its start
+  EXPECT_DOUBLE_EQ(r.pipelined.jobs[0].final_bandwidth_bytes_per_s, 10e9);
 }
 
 TEST(PlannerSchedule, AMigrationThatNeedsTheWholeLinkWaitsForIt) {
@@ -256,6 +250,28 @@ TEST(PlannerSchedule, AMigrationStillStartingTakesNoShareOfAFinalRound) {
   EXPECT_EQ(r.pipelined.jobs[1].t.stun_ms, 105);
 }
 
+// The source's slot frees when its migration's teardown (the target's receive
+// finishing) begins: the controller starts the source's next one then.
+TEST(PlannerSchedule, TheSourceStartsItsNextMigrationWhileTheTargetFinishes) {
+  std::vector<HostLimit> hosts{{1, 1000}, {2, 1000}, {2, 1000}};
+  auto with_teardown = [](Job j) {
+    auto at = j.at;
+    j.at = [at](double bw) {
+      Timed t = at(bw);
+      t.duration_ms += 700;
+      t.teardown_ms = 700;
+      return t;
+    };
+    return j;
+  };
+  std::vector<Job> jobs{with_teardown(Transfer(1, 2000, 100)), with_teardown(Transfer(2, 2000, 100))};
+  ScheduleResult r = Schedule(jobs, hosts, {});
+  const JobTiming& first = r.pipelined.jobs[0];
+  const JobTiming& second = r.pipelined.jobs[1];
+  EXPECT_EQ(first.start_ms, 0);
+  EXPECT_EQ(second.start_ms, first.start_ms + first.t.duration_ms - 700);
+}
+
 // The policy's migration overhead (process starts, the controller's polls) is
 // part of every migration's planned duration, not of its stun.
 TEST(PlannerSchedule, EveryMigrationCarriesThePolicysOverhead) {
@@ -266,12 +282,12 @@ TEST(PlannerSchedule, EveryMigrationCarriesThePolicysOverhead) {
       PlanOf(Inv(hosts, vms, J::array(), {{"max_stun", "100s"}, {"migration_overhead", "1500ms"}}), "gpu-a"), "v");
   EXPECT_EQ(with.end_ms - with.start_ms, bare.end_ms - bare.start_ms + 1500);
   EXPECT_EQ(with.predicted_stun_ms, bare.predicted_stun_ms);
-  // Without a policy key, 1 s (the default).
+  // Without a policy key, 1.5 s (the default).
   J no_key = J::parse(Inv(hosts, vms).dump());
   no_key["policy"].erase("migration_overhead");
   auto parsed = ParseInventory(no_key.dump());
   ASSERT_TRUE(parsed.ok());
-  EXPECT_EQ(parsed->policy.migration_overhead, std::chrono::seconds(1));
+  EXPECT_EQ(parsed->policy.migration_overhead, std::chrono::milliseconds(1500));
 }
 
 }  // namespace
