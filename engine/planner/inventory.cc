@@ -63,6 +63,8 @@ Result<Policy> ParsePolicy(const Json& root) {
   if (budget_min) p.budget_min = *budget_min;
   GM_ASSIGN_OR_RETURN(auto overhead, ReadDuration(v, "migration_overhead", "policy"));
   if (overhead) p.migration_overhead = *overhead;
+  GM_ASSIGN_OR_RETURN(auto interval, ReadDuration(v, "start_interval", "policy"));
+  if (interval) p.start_interval = *interval;
   return p;
 }
 

@@ -376,6 +376,7 @@ class Planner {
       if (w.action == Action::kLiveMigrate) {
         job.target = w.slot->host;
         job.alone = w.alone;
+        job.start_gap_ms = CeilMs(std::chrono::duration<double, std::milli>(inv_.policy.start_interval).count());
         job.max_stun_ms = static_cast<int64_t>(std::floor(w.max_stun_ms));
         const Vm* vm = w.vm;
         std::chrono::nanoseconds max_stun = w.max_stun;

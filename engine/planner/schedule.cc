@@ -254,7 +254,8 @@ Timing Batched(const std::vector<Job>& jobs, const std::vector<size_t>& order, c
 // hosts have a migration slot (and a link to itself when it needs one), and
 // the links are shared as TCP shares them: each link divided evenly among the
 // migrations moving bytes on it at every instant (a migration gets the smaller
-// of its two links' parts), so one whose partner has ended speeds up. A
+// of its two links' parts), so one whose partner has ended speeds up; the
+// controller starts them one at a time (Job::start_gap_ms apart). A
 // migration first sets up (setup_ms, no bytes), moves its rounds' bytes, then
 // its final round's (the stun: those bytes, then the fixed part), then tears
 // down (teardown_ms, no bytes: the target's receive finishing); its source's
@@ -329,7 +330,7 @@ class Replay {
     std::vector<uint32_t> busy(nh, 0), alone(nh, 0);
     std::vector<Live> live;
     std::vector<size_t> pending = order;
-    double now = 0, batch_end = 0;
+    double now = 0, batch_end = 0, ctl_free = 0;
     int64_t batch_start = -1;
     for (int guard = 0; guard < 100000 && (!pending.empty() || !live.empty()); ++guard) {
       // Start what fits, in order (a later one may overtake one that must wait).
@@ -358,8 +359,9 @@ class Replay {
         }
         Live l;
         l.i = i;
-        l.start = now;
-        l.until = now + shape[i].setup_ms;
+        l.start = std::max(now, ctl_free);  // the controller starts one at a time
+        ctl_free = l.start + static_cast<double>(j.start_gap_ms);
+        l.until = l.start + shape[i].setup_ms;
         live.push_back(l);
         it = pending.erase(it);
       }

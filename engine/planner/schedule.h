@@ -59,6 +59,10 @@ struct Job {
   std::function<Timed(double)> at;
   int64_t drain_ms = 0;
   int32_t group = -1;  // index into the groups vector, or -1
+  // The controller starts migrations one after another, this long each (a
+  // receive request, then a migrate request): ones that may start at the same
+  // instant start this far apart (the replay).
+  int64_t start_gap_ms = 0;
 };
 
 struct HostLimit {

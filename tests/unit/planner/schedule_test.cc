@@ -250,6 +250,23 @@ TEST(PlannerSchedule, AMigrationStillStartingTakesNoShareOfAFinalRound) {
   EXPECT_EQ(r.pipelined.jobs[1].t.stun_ms, 105);
 }
 
+// Two migrations that may start at once start a start_gap apart (the
+// controller sends one's requests, then the other's): the first switches over
+// beside the second's last bytes, the second alone.
+TEST(PlannerSchedule, TheControllerStartsOneMigrationAtATime) {
+  std::vector<HostLimit> hosts{{2, 1000}, {2, 1000}, {2, 1000}};
+  std::vector<Job> jobs{Transfer(1, 2000, 100), Transfer(2, 2000, 100)};
+  for (Job& j : jobs) j.start_gap_ms = 100;
+  ScheduleResult r = Schedule(jobs, hosts, {});
+  const JobTiming& a = r.pipelined.jobs[0];
+  const JobTiming& b = r.pipelined.jobs[1];
+  EXPECT_EQ(a.start_ms, 0);
+  EXPECT_EQ(b.start_ms, 100);
+  EXPECT_EQ(a.final_shared_with, 1u);
+  EXPECT_EQ(b.final_shared_with, 0u);
+  EXPECT_LT(b.t.stun_ms, a.t.stun_ms);
+}
+
 // The source's slot frees when its migration's teardown (the target's receive
 // finishing) begins: the controller starts the source's next one then.
 TEST(PlannerSchedule, TheSourceStartsItsNextMigrationWhileTheTargetFinishes) {
