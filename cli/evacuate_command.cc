@@ -225,14 +225,12 @@ class Evacuation {
       replan_after_start_.clear();
       for (auto& r : running_) {
         std::string w;
-        if (Step(r, &w)) {
-          if (!w.empty()) {
-            replan = true;
-            why = w;
-          }
-        } else {
-          still.push_back(std::move(r));
+        const bool ended = Step(r, &w);
+        if (!w.empty()) {  // an action that failed, or one that taught the fleet something (still running)
+          replan = true;
+          why = w;
         }
+        if (!ended) still.push_back(std::move(r));
       }
       running_ = std::move(still);
       if (cancel_.load() && !pending_.empty()) {
@@ -464,6 +462,30 @@ class Evacuation {
     return CallAgent(fleet_.Agent(host), f_.tls, body, agent_timeout_);
   }
 
+  // A migration that carried less than half the rate its plan gave it (capped
+  // by --bandwidth) says the source's link is slower than the inventory says:
+  // the fleet learns the link at the rate that share implies, and the VMs left
+  // are planned again at it (their stuns, their order, drain-and-replace for
+  // one that no longer fits max stun). The rounds' average rate is the path's
+  // whole measure (the link, or a source too slow to fill it: either way what
+  // the next migration gets).
+  void LearnLink(const Running& r, const Json& job, std::string* replan_why) {
+    if (!job.contains("report") || !job["report"].is_object()) return;
+    const Json& rep = job["report"];
+    const double measured = rep.value("rounds_bandwidth_bytes_per_s", rep.value("bandwidth_bytes_per_s", 0.0));
+    double planned = r.a.bandwidth_bytes_per_s;
+    if (!f_.bandwidth.empty()) {
+      if (auto cap = ParseRateBytesPerS(f_.bandwidth); cap.ok()) planned = std::min(planned, *cap);
+    }
+    const double link = fleet_.LinkRate(r.source);
+    if (!(measured > 0) || !(planned > 0) || !(link > 0) || measured >= 0.5 * planned) return;
+    const double learned = link * measured / planned;
+    fleet_.LearnLinkRate(r.source, learned);
+    *replan_why = fmt::format("{}'s link carried {} for {} (planned {} of its {}): re-planning the VMs left at {}",
+                              r.source, FormatRate(measured), r.a.vm, FormatRate(planned), FormatRate(link),
+                              FormatRate(learned));
+  }
+
   // The job's state on `host`, or "" when the agent did not answer.
   std::string JobState(const std::string& host, int64_t job, Json* out) {
     if (job <= 0) return "";  // unknown: never "job 0", which the agent reads as every job
@@ -522,6 +544,7 @@ class Evacuation {
         stun_[r.a.vm] = j.contains("report") ? j["report"].value("stun_ms", -1.0) : -1.0;
         r.phase = "confirm";
         r.confirm_since = now;
+        LearnLink(r, j, replan_why);
         return Step(r, replan_why);
       }
       if (state == "failed") {  // rolled back: the VM runs on the source

@@ -29,6 +29,11 @@ Result<Fleet> Fleet::Open(const std::string& text, const AgentTls& tls, std::chr
 
 bool Fleet::HasHost(const std::string& host) const { return inv_.FindHost(host) != nullptr; }
 
+double Fleet::LinkRate(const std::string& host) const {
+  const planner::Host* h = inv_.FindHost(host);
+  return h ? h->link_bytes_per_s : 0;
+}
+
 std::string Fleet::Agent(const std::string& host) const {
   const planner::Host* h = inv_.FindHost(host);
   return h ? h->agent : "";
@@ -95,9 +100,13 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
       continue;
     }
     h["maintenance"] = (*r)["host"].value("maintenance", false);
+    if (auto l = learned_link_.find(name); l != learned_link_.end()) {
+      h["link"] = fmt::format("{:.6g}Mbit", l->second * 8 / 1e6);
+    }
     for (const auto& v : (*r)["vms"]) {
       Json e = v;
       entries_[e["name"]] = e;
+      last_seen_[e["name"]] = e;
       e.erase("device");
       e.erase("receive_device");
       e.erase("held");
@@ -119,12 +128,19 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
     }
     vms = std::move(kept);
     if (m.to.gpus.empty()) continue;
-    auto it = entries_.find(m.vm);
-    if (it == entries_.end()) continue;
+    // Between its source's release and its target's listing no agent lists
+    // it: its last record still occupies the target slot.
+    const Json* record = nullptr;
+    if (auto it = entries_.find(m.vm); it != entries_.end()) {
+      record = &it->second;
+    } else if (auto seen = last_seen_.find(m.vm); seen != last_seen_.end()) {
+      record = &seen->second;
+    }
+    if (record == nullptr) continue;
     if (auto t = entries_.find(at_target); t != entries_.end() && t->second.value("host", "") == m.to.host) {
       continue;  // the target lists it already
     }
-    Json e = it->second;
+    Json e = *record;
     e.erase("device");
     e.erase("receive_device");
     e.erase("held");
@@ -298,6 +314,7 @@ Result<planner::Plan> ParsePlanJson(const std::string& text, const std::string& 
       pa.end_ms = a.value("end_ms", int64_t{0});
       pa.reason = a.value("reason", "");
       pa.link_alone = a.value("link_alone", false);
+      pa.bandwidth_bytes_per_s = a.value("bandwidth_bytes_per_s", 0.0);
       pa.budget_ms = a.value("budget_ms", int64_t{0});
       p.actions.push_back(pa);
       ++i;

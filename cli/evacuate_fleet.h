@@ -64,13 +64,20 @@ class Fleet {
   bool Reachable(const std::string& host);
   // A migration of `vm` was aborted for its stun: it is not live-migrated again.
   void LearnStunTooLong(const std::string& vm) { stun_too_long_.insert(vm); }
+  // What a host's link really carries (bytes/s), learned from a migration:
+  // plans from now on use it instead of the inventory's.
+  void LearnLinkRate(const std::string& host, double bytes_per_s) { learned_link_[host] = bytes_per_s; }
+  // The link rate plans use for `host` now (bytes/s; 0 when unknown).
+  double LinkRate(const std::string& host) const;
 
  private:
   agent::Json file_;
   agent::Json live_;
   planner::Inventory inv_;
   std::map<std::string, agent::Json> entries_;  // vm -> its agent's entry (host, device, held)
+  std::map<std::string, agent::Json> last_seen_;  // vm -> the last entry any agent listed for it
   std::set<std::string> unreachable_, stun_too_long_;
+  std::map<std::string, double> learned_link_;
   AgentTls tls_;
   std::chrono::milliseconds timeout_{20000};
 };

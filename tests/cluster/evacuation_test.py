@@ -31,6 +31,13 @@ link shaped with tc to 200 Mbit and one agent per host:
      (the slot named, and who holds it), it re-plans with that slot counted
      as taken and migrates its VM to gpu-d; each VM moved once.
 
+  6. the plan's per-VM time budget: gpu-a's link cut to 2 Mbit while a VM
+     with a budget of 8 s (and max stun 100 s) migrates: aborted within 5 s of
+     the cut over its budget, re-planned (blocked, with the reason);
+  7. a link slower than the inventory says (200 Mbit planned, 40 Mbit by tc):
+     the first migration carries a fifth of what its plan gave it, the
+     controller learns the link's rate and plans the VMs left again at it.
+
 Usage: evacuation_test.py GPUMIGRATE [WORKLOAD] (WORKLOAD: gpumigrate-workload,
 by default beside GPUMIGRATE). Exit 0 pass, 1 fail, 77 skip (no root or no
 namespaces here).
@@ -109,6 +116,19 @@ class Watch:
         return "\n".join(line for _, line in self.lines)
 
 
+def cut_mid_migration(f, vm_name):
+    """Evacuates gpu-a and cuts its link to 2 Mbit 1 s after vm_name's migration started. Returns (watch,
+    the match of the start line, monotonic and unix-ms times of the cut), or None (checked) if it never started."""
+    w = Watch(f, f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", "--poll", "100ms"))
+    t_start, m = w.wait_for(rf"{vm_name}: live-migrate to (gpu-.) started", 60)
+    if not check(f"{vm_name}'s migration started", t_start is not None, w.text()):
+        w.finish(5)
+        return None
+    time.sleep(1.0)
+    f.cluster.set_rate("gpu-a", "2mbit")
+    return w, m, time.monotonic(), time.time() * 1000
+
+
 def collapse(binary):
     print("-- 1. a link that collapses mid-migration", flush=True)
     sim = "sim:size=64MiB,static=0.9,hot=4MiB,page=64KiB"
@@ -125,14 +145,10 @@ def collapse(binary):
         actions = json.loads(plan.stdout)["actions"] if plan.returncode == 0 else []
         check("the plan live-migrates chat-1 (its replacement would take 60 s)",
               [a["action"] for a in actions] == ["live-migrate"], plan.stdout + plan.stderr)
-        w = Watch(f, f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", "--poll", "100ms"))
-        t_start, m = w.wait_for(r"chat-1: live-migrate to (gpu-.) started", 60)
-        if not check("chat-1's migration started", t_start is not None, w.text()):
-            w.finish(5)
+        cut = cut_mid_migration(f, "chat-1")
+        if cut is None:
             return
-        time.sleep(1.0)
-        f.cluster.set_rate("gpu-a", "2mbit")
-        t_cut, cut_unix_ms = time.monotonic(), time.time() * 1000
+        w, m, t_cut, cut_unix_ms = cut
         t_fail, _ = w.wait_for(r"chat-1.*(exceeds max stun)", 120)
         rc = w.finish(120)
         text = w.text()
@@ -325,14 +341,10 @@ def budget(binary):
         actions = json.loads(plan.stdout)["actions"] if plan.returncode == 0 else []
         check("the plan gives llm-5's migration a budget of 8 s (the policy's budget_min)",
               [(a["action"], a.get("budget_ms")) for a in actions] == [("live-migrate", 8000)], plan.stdout)
-        w = Watch(f, f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", "--poll", "100ms"))
-        t_start, m = w.wait_for(r"llm-5: live-migrate to (gpu-.) started", 60)
-        if not check("llm-5's migration started", t_start is not None, w.text()):
-            w.finish(5)
+        cut = cut_mid_migration(f, "llm-5")
+        if cut is None:
             return
-        time.sleep(1.0)
-        f.cluster.set_rate("gpu-a", "2mbit")
-        cut_unix_ms = time.time() * 1000
+        w, _, _, cut_unix_ms = cut
         rc = w.finish(120)
         text = w.text()
         migrates = [j for j in f.jobs("gpu-a") if j["kind"] == "migrate" and j["vm"] == "llm-5"]
@@ -351,6 +363,43 @@ def budget(binary):
               rc == 1 and outcome.get("outcome") == "blocked" and "re-planned the VMs left after" in text,
               f"exit {rc}: {outcome} {text[-2000:]}")
         check("llm-5 runs on at gpu-a", f.vms_on("gpu-a") == ["llm-5"], str(f.vms_on("gpu-a")))
+
+
+def slow_link(binary):
+    print("-- 7. a link slower than the inventory says: learned from the first migration, the rest re-planned",
+          flush=True)
+    sim = "sim:size=16MiB,static=0.9,hot=1MiB,kv_rate=1MiB/s"
+    hosts = {
+        "gpu-a": {"gpus": mig_gpus("mig"), "vms": [vm("llm-6", sim, "1g.10gb", 0), vm("llm-7", sim, "1g.10gb", 1)]},
+        "gpu-b": {"gpus": mig_gpus("mig")},
+    }
+    est = subprocess.run([binary, "estimate", "--device", sim, "--link", "200Mbit", "--json"], capture_output=True,
+                         text=True, timeout=300)
+    if not check("the VMs' estimate at 200 Mbit", est.returncode == 0, est.stderr[-1500:]):
+        return
+    inv_vms = [dict(v, host="gpu-a", estimate=json.loads(est.stdout)) for v in
+               ({"name": n, "gpus": [0], "profile": "1g.10gb", "placement": p, "class": "inference"}
+                for n, p in (("llm-6", 0), ("llm-7", 1)))]
+    # The inventory says 200 Mbit; tc gives 40 Mbit. One migration at a time.
+    with Fleet(binary, hosts, rate="40mbit", link="200Mbit", max_migrations=1, inventory_vms=inv_vms) as f:
+        r = f.run_ctl(f.evacuate_argv("gpu-a", "--yes", "--json", "--store", f"{f.tmp}/store", "--poll", "100ms"),
+                      timeout=240)
+        text = r.stderr
+        check("the evacuation completes (exit 0)", r.returncode == 0, f"exit {r.returncode}: {text[-3000:]}")
+        learned = re.search(r"gpu-a's link carried ([0-9.]+) MB/s for (llm-.) \(planned ([0-9.]+) MB/s.*"
+                            r"re-planning the VMs left at ([0-9.]+) (MB/s|Mbit)", text)
+        check("after the first migration the controller learned gpu-a's link was slower than planned",
+              learned is not None, text[-3000:])
+        if learned:
+            first = learned.group(2)
+            second = "llm-7" if first == "llm-6" else "llm-6"
+            stuns = re.findall(rf"{second} +live-migrate +-> gpu-b +predicted stun ([0-9.]+) s", text)
+            check(f"{second}'s predicted stun, planned again at the learned rate, is longer than at 200 Mbit",
+                  len(stuns) >= 2 and float(stuns[-1]) > float(stuns[0]), str(stuns))
+        # Planned again while the first was between its source's release and its target's listing: its
+        # slot still counted as taken, never given to the second.
+        check("no target refused a slot the re-plan gave twice", "refused to receive" not in text, text[-3000:])
+        check("gpu-a is empty", f.vms_on("gpu-a") == [], str(f.vms_on("gpu-a")))
 
 
 def race(binary):
@@ -442,7 +491,7 @@ def main():
     os.environ.setdefault("GPUMIGRATE_CALIBRATION", f"/tmp/gm-evacuation-test-{os.getpid()}-calibration.json")
     t0 = time.monotonic()
     try:
-        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race, budget)
+        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race, budget, slow_link)
         # GM_CLUSTER_SCENARIOS=name,name runs only those.
         only = [n for n in os.environ.get("GM_CLUSTER_SCENARIOS", "").split(",") if n]
         unknown = set(only) - {f.__name__ for f in scenarios}
