@@ -143,7 +143,15 @@ TEST_P(ProcMigrationTest, DestinationEqualsTheSourceAtStop) {
   o.source.scrub = false;  // the source is compared with the destination afterwards
   uint64_t writes_at_start = 0, writes_at_stop = 0;
   o.source.on_phase = [&](Phase p, uint32_t round) {
-    if (p == Phase::kRoundStart && round == 0) writes_at_start = w.writes();
+    if (p == Phase::kRoundStart && round == 0) {
+      // Tracking is armed; on two shared cores under ASan the writers may not be
+      // scheduled during a short round, so give them their writes here, bounded.
+      writes_at_start = w.writes();
+      auto until = std::chrono::steady_clock::now() + 10s;
+      while (w.writes() < writes_at_start + 500 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(1ms);
+      }
+    }
     if (p == Phase::kSwitchover) writes_at_stop = w.writes();
   };
   auto res = MigrateLocally(*src, dst, o);
