@@ -176,7 +176,9 @@ TEST_P(ProcDmaTracking, ACopyUpdatedFromTheHardwaresDirtyBitsEqualsMemory) {
   DmaWriter dma(w, hw);
   dma.Start();
   uint64_t reported = 0;
-  for (int i = 0; i < 20; ++i) {
+  // At least 20 syncs, and on until the device wrote enough to prove something
+  // (bounded: 1000 syncs).
+  for (int i = 0; i < 20 || (dma.writes() <= 2000 && i < 1000); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     reported += copy.SyncAndCopy(*t);
   }
@@ -223,7 +225,15 @@ TEST_P(ProcDmaTracking, AMigrationWhileTheDeviceWritesArrivesWhole) {
   o.source.scrub = false;  // the source is compared with the destination afterwards
   uint64_t at_start = 0, at_stop = 0;
   o.source.on_phase = [&](Phase p, uint32_t round) {
-    if (p == Phase::kRoundStart && round == 0) at_start = dma.writes();
+    if (p == Phase::kRoundStart && round == 0) {
+      // Tracking is armed: the device is given its writes here, bounded, since on
+      // two loaded cores its thread may not run during a short round.
+      at_start = dma.writes();
+      auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (dma.writes() < at_start + 500 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
     if (p == Phase::kSwitchover) at_stop = dma.writes();
   };
   auto res = MigrateLocally(**src, dst, o);
