@@ -16,6 +16,7 @@
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
 #include "gpumigrate/path_calibration.h"
+#include "gpumigrate/rate_file.h"
 #include "gpumigrate/open_device.h"
 #include "gpumigrate/proc.h"
 #include "gpumigrate/sim.h"
@@ -190,6 +191,10 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
       ->capture_default_str();
   c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
   AddSourceFlags(c, f.src);
+  c->add_option("--bandwidth-file", f.bandwidth_file,
+                "Follow the rate cap this file holds (e.g. 12MB/s, 0 for none), re-read every 50 ms while the "
+                "migration runs: the agent paces an evacuation's migrations at their shares of the link this way "
+                "(overrides --bandwidth)");
   c->add_option("--warmup", f.warmup, "Let the workload run this long before migrating")->capture_default_str();
   c->add_option("--connect-timeout", f.connect_timeout, "How long to try reaching the receiver")->capture_default_str();
   c->add_flag("--dry-run", f.dry_run,
@@ -274,6 +279,15 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   SourceOptions o = *opts;
   Apply(*live, o);
   o.cancel = &cancel;
+  std::unique_ptr<RateFile> rate_file;
+  if (!f.bandwidth_file.empty()) {
+    auto rf = RateFile::Open(f.bandwidth_file);
+    if (!rf.ok()) return Usage("migrate", rf.status().WithContext("--bandwidth-file"));
+    rate_file = std::move(*rf);
+    // The codec choice and the path calibration's key see the rate it starts at.
+    o.bandwidth_limit_bytes_per_s = rate_file->rate()->load();
+    o.bandwidth_now = rate_file->rate();
+  }
   o.dry_run = f.dry_run;
   // The switchover rule's fixed cost: this path's, as `estimate` measured it
   // between two processes, else the in-process calibration's.

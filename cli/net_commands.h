@@ -40,6 +40,7 @@ struct MigrateFlags {
   QemuFlags qemu;
   bool json = false;
   std::string plot;  // --plot FILE.png
+  std::string bandwidth_file;  // --bandwidth-file: a cap that changes while it runs
 };
 
 struct ReceiveFlags {

@@ -17,6 +17,8 @@
 #include <fmt/format.h>
 
 #include "gpumigrate/planner.h"
+#include "gpumigrate/rate_file.h"
+#include "gpumigrate/units.h"
 
 namespace gpumigrate::agent {
 namespace fs = std::filesystem;
@@ -466,7 +468,7 @@ Result<Agent::Job*> Agent::StartLocked(std::unique_ptr<Job> job, const std::vect
 Result<Agent::Job*> Agent::RecordLocked(std::unique_ptr<Job> job) {
   job->id = next_job_++;
   job->started_unix_ms = NowMs();
-  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port", "adopter.out", "adopter.err", "adopter.rc",
+  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port", "rate", "adopter.out", "adopter.err", "adopter.rc",
                           "adopter.rc.tmp"}) {  // a job id's files from an earlier life
     std::error_code ec;
     fs::remove(JobPath(job->id, ext), ec);
@@ -655,15 +657,21 @@ Result<Json> Agent::Migrate(const Json& req) {
                                           config_.max_migrations));
   }
   std::vector<std::string> argv = {options_.self_exe, "migrate", "--to", to, "--device", rec->device, "--json"};
+  std::string pace;  // paced: the rate it starts at, changed later by the "pace" op
   if (req.contains("options")) {
     if (!req["options"].is_object()) return InvalidArgument("migrate: options must be an object");
     for (const auto& [k, v] : req["options"].items()) {
+      if (k == "pace" && v.is_string()) {
+        if (v.get<std::string>() != "0") GM_RETURN_IF_ERROR(ParseRateBytesPerS(v.get<std::string>()).status().WithContext("migrate: option 'pace'"));
+        pace = v.get<std::string>();
+        continue;
+      }
       auto it = MigrateOptions().find(k);
       if (it == MigrateOptions().end() || !v.is_string()) {
         std::string known;
         for (const auto& [name2, flag] : MigrateOptions()) known += (known.empty() ? "" : ", ") + name2;
-        return InvalidArgument(fmt::format("migrate: option '{}' is not one the agent passes on ({}, as strings)", k,
-                                           known));
+        return InvalidArgument(fmt::format(
+            "migrate: option '{}' is not one the agent passes on ({}, pace, as strings)", k, known));
       }
       argv.push_back(it->second);
       argv.push_back(v.get<std::string>());
@@ -675,9 +683,44 @@ Result<Json> Agent::Migrate(const Json& req) {
   job->vm = name;
   job->record = *rec;
   job->to = to;
-  GM_ASSIGN_OR_RETURN(Job * started, StartLocked(std::move(job), argv));
+  GM_ASSIGN_OR_RETURN(Job * started, RecordLocked(std::move(job)));
+  if (!pace.empty()) {
+    const std::string file = JobPath(started->id, "rate");
+    if (Status w = WriteRateFile(file, pace); !w.ok()) {
+      started->state = "failed";
+      started->detail = std::string(w.message());
+      started->rc = 127;
+      started->ended_unix_ms = NowMs();
+      (void)Save();
+      return w;
+    }
+    argv.push_back("--bandwidth-file");
+    argv.push_back(file);
+  }
+  GM_RETURN_IF_ERROR(LaunchLocked(*started, argv));
   const int64_t id = started->id;
   return Reply({{"job", id}});
+}
+
+// A paced migration's new rate (its share of the link changed): written to the
+// file its process re-reads every 50 ms.
+Result<Json> Agent::Pace(const Json& req) {
+  const int64_t id = req.value("job", int64_t{0});
+  const std::string rate = req.value("bandwidth", "");
+  if (id == 0 || rate.empty()) return InvalidArgument("pace needs \"job\" and \"bandwidth\" (e.g. \"12MB/s\", \"0\": none)");
+  if (rate != "0") GM_RETURN_IF_ERROR(ParseRateBytesPerS(rate).status().WithContext("pace: bandwidth"));
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  for (const auto& j : jobs_) {
+    if (j->id != id) continue;
+    if (j->kind != "migrate") return FailedPrecondition(fmt::format("job {} is a {}, not a migration", id, j->kind));
+    if (j->state != "running") return FailedPrecondition(fmt::format("job {} has ended ({})", id, j->state));
+    const std::string file = JobPath(id, "rate");
+    if (!fs::exists(file)) return FailedPrecondition(fmt::format("job {} was not started paced", id));
+    GM_RETURN_IF_ERROR(WriteRateFile(file, rate));
+    return Reply({{"job", id}, {"bandwidth", rate}});
+  }
+  return FailedPrecondition(fmt::format("no job {} on {}", id, config_.host));
 }
 
 Result<Json> Agent::RunHook(const Json& req, bool drain) {
@@ -812,6 +855,8 @@ Json Agent::Handle(const Json& request) {
       r = Receive(request);
     } else if (op == "migrate") {
       r = Migrate(request);
+    } else if (op == "pace") {
+      r = Pace(request);
     } else if (op == "start-replica" || op == "drain") {
       r = RunHook(request, op == "drain");
     } else if (op == "power-off") {

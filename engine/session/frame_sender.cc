@@ -85,6 +85,10 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   if (!wire_payload.empty()) std::memcpy(frame.data() + header.size(), wire_payload.data(), wire_payload.size());
   std::memcpy(frame.data() + header.size() + wire_payload.size(), tag.data(), tag.size());
   const uint64_t total = frame.size();
+  if (live_rate_ != nullptr) {
+    const double r = live_rate_->load(std::memory_order_relaxed);
+    if (r != limiter_.rate()) limiter_.SetRate(r);
+  }
   // The rate cap (an emulated slower link): its wait is the link's, so it
   // counts as busy time, and the wait hook is called during it as during a
   // wait for room.

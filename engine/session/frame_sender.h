@@ -65,6 +65,10 @@ class FrameSender {
   void SetWaitHook(std::function<Status()> hook) { wait_hook_ = std::move(hook); }
   // Waits until every queued frame has been handed to its stream.
   Status Flush();
+  // From now on the rate cap is what `rate` holds (bytes/s, 0: unlimited),
+  // read before every frame: another thread paces this sender by storing into
+  // it. Borrowed; nullptr: the cap given at construction stays.
+  void FollowRate(const std::atomic<double>* rate) { live_rate_ = rate; }
 
   uint64_t bytes_sent() const { return bytes_.load(std::memory_order_relaxed); }  // any thread
   // The stream and sequence number the last Send() gave its frame.
@@ -111,6 +115,7 @@ class FrameSender {
   std::function<Status()> wait_hook_;
   std::atomic<uint64_t> bytes_{0};
   RateLimiter limiter_;
+  const std::atomic<double>* live_rate_ = nullptr;
   Clock& clock_;
 
   std::mutex mu_;

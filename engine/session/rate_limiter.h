@@ -1,6 +1,7 @@
-// Token bucket that caps a sender's rate (emulates a slower link). Acquire()
-// sleeps (on the clock) until `bytes` may go; bursts are capped at
-// `burst_bytes`. One thread.
+// Token bucket that caps a sender's rate (emulates a slower link, or paces a
+// migration at its share of one). Acquire() sleeps (on the clock) until `bytes`
+// may go; bursts are capped at `burst_bytes`. The rate may change while it runs
+// (SetRate). One thread.
 #pragma once
 
 #include <algorithm>
@@ -16,11 +17,28 @@ class RateLimiter {
   RateLimiter(double bytes_per_s, Clock& clock, double burst_bytes = 4 << 20)
       : clock_(clock),
         rate_(bytes_per_s),
+        burst_base_(burst_bytes),
         burst_(std::max(burst_bytes, bytes_per_s * 0.01)),
         tokens_(burst_),
         last_(clock.Now()) {}
 
   bool enabled() const { return rate_ > 0; }
+  double rate() const { return rate_; }
+
+  // From now on at `bytes_per_s` (0: unlimited). What was earned at the old rate
+  // is kept, up to the new burst; a limiter turned on starts with no credit, so
+  // it never opens with a burst.
+  void SetRate(double bytes_per_s) {
+    if (rate_ > 0) {
+      Refill();
+    } else {
+      tokens_ = 0;
+      last_ = clock_.Now();
+    }
+    rate_ = std::max(0.0, bytes_per_s);
+    burst_ = std::max(burst_base_, rate_ * 0.01);
+    tokens_ = std::min(tokens_, burst_);
+  }
 
   void Acquire(double bytes) {
     if (rate_ <= 0) return;
@@ -51,6 +69,7 @@ class RateLimiter {
   }
   Clock& clock_;
   double rate_;
+  double burst_base_;
   double burst_;
   double tokens_;
   Clock::TimePoint last_;

@@ -28,6 +28,7 @@ void Source::StartLink() {
     keys.aes_key = *aes_key_;
   }
   sender_ = std::make_unique<FrameSender>(streams_.data, keys, opt_.bandwidth_limit_bytes_per_s, clock_);
+  sender_->FollowRate(opt_.bandwidth_now);
   // While a pre-copy round waits on the link: a cancel is seen, and the link judged.
   sender_->SetWaitHook([this]() -> Status {
     if (!watching_) return Status::Ok();

@@ -158,6 +158,7 @@ class Agent {
   Json Inventory() const;
   Result<Json> Receive(const Json& req);
   Result<Json> Migrate(const Json& req);
+  Result<Json> Pace(const Json& req);
   Result<Json> RunHook(const Json& req, bool drain);
   Result<Json> PowerOff(const Json& req);
   Result<Json> Release(const Json& req);

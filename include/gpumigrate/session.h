@@ -114,6 +114,10 @@ struct SourceOptions {
   uint32_t max_rounds = 30;
   std::chrono::nanoseconds switchover_fixed_cost = 2ms;  // round trips and device stop/resume, assumed
   double bandwidth_limit_bytes_per_s = 0;            // 0: unlimited
+  // Set: the cap follows what this holds (bytes/s, 0: unlimited), read before
+  // every frame, so whoever paces this migration (the agent, for an evacuation's
+  // controller) can change it while it runs. Borrowed.
+  const std::atomic<double>* bandwidth_now = nullptr;
   uint32_t max_frame_payload_bytes = 1 << 20;
   // Payload codec; `auto` samples each region and compresses only where it pays
   // on a link capped by bandwidth_limit_bytes_per_s (unlimited: no compression).

@@ -16,7 +16,7 @@ from pathlib import Path
 # seam's interface, the lowest layer that uses it). None: no layer may include it.
 PUBLIC_HEADERS = {
     "status.h": "common", "units.h": "common", "clock.h": "common", "bitmap.h": "common",
-    "stats.h": "common",
+    "stats.h": "common", "rate_file.h": "common",
     "stream.h": "common",  # the Stream interface; MakePipe, its in-memory pipe, is net's
     "codec.h": "codec",
     "switchover.h": "policy",

@@ -2,6 +2,7 @@
 // control channel's framing, the request handler over a fake launcher (jobs,
 // limits, holds, restarts), and the real process launcher.
 #include "gpumigrate/agent.h"
+#include "gpumigrate/rate_file.h"
 
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 
 namespace gpumigrate::agent {
 namespace {
@@ -266,6 +269,40 @@ TEST_F(AgentTest, MigrateRunsTheCliAndTheVmLeavesOnlyWhenItCompleted) {
   EXPECT_EQ(st["jobs"][0]["state"], "completed");
   EXPECT_EQ(st["jobs"][0]["report"]["stun_ms"], 12.5);
   EXPECT_EQ(VmNames(), std::vector<std::string>{"chat-1"});
+}
+
+// A paced migration (an evacuation's controller divides the link): its process
+// follows a rate file the agent rewrites on "pace"; an ended job is refused.
+TEST_F(AgentTest, APacedMigrationFollowsTheRateTheAgentWrites) {
+  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}, {"options", {{"pace", "x"}}}}))
+                .find("option 'pace'"),
+            std::string::npos);
+  Json r = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}, {"options", {{"pace", "12MB/s"}}}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  const auto& argv = children_.started[0].argv;
+  auto at = std::find(argv.begin(), argv.end(), "--bandwidth-file");
+  ASSERT_NE(at, argv.end());
+  ASSERT_NE(at + 1, argv.end());
+  const std::string file = *(at + 1);
+  auto rate = ReadRateFile(file);
+  ASSERT_TRUE(rate.ok()) << rate.status().message();
+  EXPECT_DOUBLE_EQ(*rate, 12e6);
+  Json p = Call({{"op", "pace"}, {"job", r["job"]}, {"bandwidth", "3MB/s"}});
+  ASSERT_TRUE(p["ok"]) << p.dump();
+  EXPECT_DOUBLE_EQ(*ReadRateFile(file), 3e6);
+  EXPECT_NE(Error(Call({{"op", "pace"}, {"job", r["job"]}, {"bandwidth", "fast"}})).find("pace: bandwidth"),
+            std::string::npos);
+  EXPECT_DOUBLE_EQ(*ReadRateFile(file), 3e6) << "a refused pace changes nothing";
+  EXPECT_NE(Error(Call({{"op", "pace"}, {"job", 99}, {"bandwidth", "1MB/s"}})).find("no job 99"), std::string::npos);
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": true})");
+  EXPECT_NE(Error(Call({{"op", "pace"}, {"job", r["job"]}, {"bandwidth", "1MB/s"}})).find("has ended"),
+            std::string::npos);
+  // Unpaced: no file, and pace says so.
+  Json u = Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}});
+  ASSERT_TRUE(u["ok"]);
+  EXPECT_EQ(std::count(children_.started[1].argv.begin(), children_.started[1].argv.end(), "--bandwidth-file"), 0);
+  EXPECT_NE(Error(Call({{"op", "pace"}, {"job", u["job"]}, {"bandwidth", "1MB/s"}})).find("not started paced"),
+            std::string::npos);
 }
 
 TEST_F(AgentTest, ARolledBackMigrationKeepsTheVm) {

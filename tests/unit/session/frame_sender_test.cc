@@ -315,5 +315,33 @@ TEST(FrameSender, RateCapSleepsOnTheClock) {
   EXPECT_EQ(clock.Now().time_since_epoch(), std::chrono::nanoseconds(1s));
 }
 
+TEST(FrameSender, AFollowedRateIsReadBeforeEveryFrame) {
+  auto pipe = MakePipe("d0");
+  auto& w = pipe.first;
+  auto& r = pipe.second;
+  FakeClock clock;
+  std::atomic<double> rate{0};  // unlimited at first
+  FrameSender sender({w.get()}, IntegrityKeys(), 0, clock);
+  sender.FollowRate(&rate);
+  const size_t frame_bytes = 1 << 20;
+  const auto payload = Bytes(frame_bytes - wire::kFrameHeaderBytes - wire::kFrameTagBytes, 5);
+  std::thread reader([&] {
+    std::vector<std::byte> sink(frame_bytes);
+    for (int i = 0; i < 3; ++i) EXPECT_TRUE(r->ReadExact(sink).ok());
+  });
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 0, payload).ok());
+  EXPECT_EQ(clock.Now().time_since_epoch(), 0ns) << "unlimited";
+  // Paced from here: the limiter turns on with no credit, so each 1 MiB frame
+  // takes 1 MiB / rate; its burst (4 MiB) never comes into play.
+  rate.store(1 << 20);
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 0, payload).ok());
+  EXPECT_EQ(clock.Now().time_since_epoch(), std::chrono::nanoseconds(1s));
+  rate.store(4 << 20);
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 0, payload).ok());
+  EXPECT_EQ(clock.Now().time_since_epoch(), std::chrono::nanoseconds(1250ms));
+  ASSERT_TRUE(sender.Flush().ok());
+  reader.join();
+}
+
 }  // namespace
 }  // namespace gpumigrate

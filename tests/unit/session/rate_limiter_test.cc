@@ -64,5 +64,36 @@ TEST(RateLimiter, RateZeroIsDisabledAndNeverSleeps) {
   EXPECT_EQ(Elapsed(clock), 0ns);
 }
 
+TEST(RateLimiter, ANewRateAppliesFromNowAndKeepsWhatWasEarned) {
+  FakeClock clock;
+  RateLimiter limiter(1000, clock, /*burst_bytes=*/100);
+  limiter.Acquire(100);   // the burst
+  limiter.Acquire(1000);  // 1 s at 1000 B/s
+  EXPECT_EQ(Elapsed(clock), 1s);
+  limiter.SetRate(4000);
+  EXPECT_EQ(limiter.rate(), 4000);
+  limiter.Acquire(4000);  // 1 s at the new rate, no more
+  EXPECT_EQ(Elapsed(clock), 2s);
+  limiter.SetRate(500);
+  limiter.Acquire(1000);  // 2 s at the lower one
+  EXPECT_EQ(Elapsed(clock), 4s);
+}
+
+TEST(RateLimiter, TurnedOnLaterItStartsWithoutABurstAndTurnedOffItNeverSleeps) {
+  FakeClock clock;
+  RateLimiter limiter(0, clock, /*burst_bytes=*/100);
+  limiter.Acquire(1e9);
+  EXPECT_EQ(Elapsed(clock), 0ns);
+  clock.Advance(10s);
+  limiter.SetRate(1000);
+  EXPECT_TRUE(limiter.enabled());
+  limiter.Acquire(1000);
+  EXPECT_EQ(Elapsed(clock), 11s) << "no credit from the time it was off";
+  limiter.SetRate(0);
+  EXPECT_FALSE(limiter.enabled());
+  limiter.Acquire(1e9);
+  EXPECT_EQ(Elapsed(clock), 11s);
+}
+
 }  // namespace
 }  // namespace gpumigrate
