@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <deque>
 #include <iostream>
@@ -35,7 +36,10 @@ struct Running {
   std::string reservation;
   std::string last_line;
   Clock::time_point last_print{}, last_ok = Clock::now(), confirm_since{};
+  Clock::time_point started = Clock::now();
+  double paced = 0;  // the share its source agent paces it at (bytes/s); 0: not yet, -1: it cannot be paced
 };
+
 
 struct Outcome {
   std::string vm, action, target, result, detail;  // result: completed, failed, in-doubt, blocked, left
@@ -233,6 +237,7 @@ class Evacuation {
         if (!ended) still.push_back(std::move(r));
       }
       running_ = std::move(still);
+      Pace();
       if (cancel_.load() && !pending_.empty()) {
         Say("interrupted: {} actions not started (run again with --id {} to continue)", pending_.size(), f_.id);
         for (const auto& a : pending_) Finish({a.vm, std::string(planner::ActionName(a.action)), "", "left", "not started: interrupted"}, false);
@@ -240,6 +245,60 @@ class Evacuation {
       }
       if (replan && !cancel_.load()) Replan(why);
       std::this_thread::sleep_for(poll_);
+    }
+  }
+
+  // Whether a live migration moves bytes now, as the plan's replay counts it:
+  // from the end of its setup (a third of policy.migration_overhead after its
+  // start) until its source completes.
+  bool Moving(const Running& r) const {
+    const auto setup = fleet_.Policy().migration_overhead / 3;
+    return r.a.action == planner::Action::kLiveMigrate && r.phase == "migrate" && r.src_job != 0 &&
+           Clock::now() - r.started >= setup;
+  }
+
+  // The share of the links a migration from `source` to `target` gets now, as
+  // the plan's replay divides them: each host's link evenly among the live
+  // migrations moving bytes on it (`extra`: one more about to), the smaller of
+  // its two parts, of the payload the links carry (policy.link_efficiency, as
+  // the plan), capped by --bandwidth; 0: no link known.
+  double ShareNow(const std::string& source, const std::string& target, int extra) const {
+    auto part = [&](const std::string& h) {
+      const double link = fleet_.LinkRate(h);
+      if (!(link > 0)) return 0.0;
+      int n = extra;
+      for (const auto& r : running_) n += Moving(r) && (r.source == h || r.target == h);
+      return link / std::max(n, 1);
+    };
+    const double s = part(source), t = part(target);
+    double share = s > 0 && t > 0 ? std::min(s, t) : std::max(s, t);
+    share *= fleet_.Policy().link_efficiency;
+    if (!f_.bandwidth.empty()) {
+      if (auto cap = ParseRateBytesPerS(f_.bandwidth); cap.ok()) share = share > 0 ? std::min(share, *cap) : *cap;
+    }
+    return share;
+  }
+
+  static std::string RateText(double bytes_per_s) { return fmt::format("{:.6f}MB/s", bytes_per_s / 1e6); }
+
+  // Paces every live migration moving bytes at its share (ShareNow): the
+  // links are divided as the plan divided them, so a final round beside a bulk
+  // transfer gets the share its stun was predicted at, not what TCP makes of a
+  // shared queue. A source agent that cannot pace a job (an older controller
+  // started it unpaced) leaves it to TCP.
+  void Pace() {
+    if (f_.no_pace) return;
+    for (auto& r : running_) {
+      if (r.paced < 0 || !Moving(r)) continue;
+      const double share = ShareNow(r.source, r.target, 0);
+      if (!(share > 0) || (r.paced > 0 && std::abs(share - r.paced) <= 0.02 * share)) continue;
+      auto reply = Ask(r.source, "pace", {{"job", r.src_job}, {"bandwidth", RateText(share)}});
+      if (!reply.ok()) continue;  // asked again next time
+      if (reply->value("ok", false)) {
+        r.paced = share;
+      } else if (reply->value("error", "").find("not started paced") != std::string::npos) {
+        r.paced = -1;
+      }
     }
   }
 
@@ -337,13 +396,20 @@ class Evacuation {
         Json m = {{"vm", a.vm},
                   {"to", fmt::format("{}:{}", addr, rec->value("port", 0))},
                   {"options", {{"max_stun", fmt::format("{}ms", fleet_.MaxStunMs(a.vm))}}}};
-        if (!f_.bandwidth.empty()) m["options"]["bandwidth"] = f_.bandwidth;
+        double pace = 0;
+        if (!f_.no_pace) {
+          pace = ShareNow(r.source, r.target, 1);
+          m["options"]["pace"] = pace > 0 ? RateText(pace) : "0";
+        } else if (!f_.bandwidth.empty()) {
+          m["options"]["bandwidth"] = f_.bandwidth;
+        }
         if (a.budget_ms > 0) m["options"]["max_total"] = fmt::format("{}ms", a.budget_ms);
         if (!f_.resume_window.empty()) m["options"]["resume_window"] = f_.resume_window;
         auto mig = Ask(r.source, "migrate", m);
         if (mig.ok() && mig->value("ok", false)) {
           r.src_job = mig->value("job", int64_t{0});
           r.phase = "migrate";
+          r.paced = f_.no_pace ? -1 : pace;
         } else if (!mig.ok()) {
           // No answer: the source may have started it. Ask before concluding.
           const Json job = RunningJob(r.source, a.vm, "migrate");
@@ -474,6 +540,7 @@ class Evacuation {
     const Json& rep = job["report"];
     const double measured = rep.value("rounds_bandwidth_bytes_per_s", rep.value("bandwidth_bytes_per_s", 0.0));
     double planned = r.a.bandwidth_bytes_per_s;
+    if (r.paced > 0) planned = std::min(planned, r.paced);
     if (!f_.bandwidth.empty()) {
       if (auto cap = ParseRateBytesPerS(f_.bandwidth); cap.ok()) planned = std::min(planned, *cap);
     }
@@ -830,6 +897,9 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
   c->add_option("--poll", f.poll, "How often to ask the agents how their jobs go")->capture_default_str();
   c->add_option("--agent-timeout", f.agent_timeout, "How long one request to an agent may take")->capture_default_str();
   c->add_option("--bandwidth", f.bandwidth, "Cap every migration's sending rate (emulate a slower link), e.g. 1Gbit");
+  c->add_flag("--no-pace", f.no_pace,
+              "Leave the division of a shared link to TCP (default: each migration is paced at the share of its "
+              "links the plan gives it, re-paced as migrations start and end, so its stun is the one predicted)");
   c->add_option("--resume-window", f.resume_window,
                 "How long each migration waits for a broken connection to come back before it rolls back (migrate's "
                 "--resume-window; its default when not given)");

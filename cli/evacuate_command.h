@@ -37,6 +37,7 @@ struct EvacuateFlags {
   bool batched = false;
   bool json = false;
   bool allow_power_off = false;
+  bool no_pace = false;  // leave the link's division to TCP
   AgentTls tls;
 };
 

@@ -69,6 +69,7 @@ class Fleet {
   void LearnLinkRate(const std::string& host, double bytes_per_s) { learned_link_[host] = bytes_per_s; }
   // The link rate plans use for `host` now (bytes/s; 0 when unknown).
   double LinkRate(const std::string& host) const;
+  const planner::Policy& Policy() const { return inv_.policy; }
 
  private:
   agent::Json file_;

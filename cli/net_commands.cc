@@ -284,8 +284,9 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     auto rf = RateFile::Open(f.bandwidth_file);
     if (!rf.ok()) return Usage("migrate", rf.status().WithContext("--bandwidth-file"));
     rate_file = std::move(*rf);
-    // The codec choice and the path calibration's key see the rate it starts at.
-    o.bandwidth_limit_bytes_per_s = rate_file->rate()->load();
+    // The pace replaces the cap from the first frame on; the codec choice and
+    // the path calibration's key stay those of --bandwidth (the path `estimate`
+    // calibrated), since a share changes while the migration runs.
     o.bandwidth_now = rate_file->rate();
   }
   o.dry_run = f.dry_run;

@@ -65,6 +65,11 @@ Result<Policy> ParsePolicy(const Json& root) {
   if (overhead) p.migration_overhead = *overhead;
   GM_ASSIGN_OR_RETURN(auto interval, ReadDuration(v, "start_interval", "policy"));
   if (interval) p.start_interval = *interval;
+  GM_ASSIGN_OR_RETURN(auto efficiency, ReadNumber(v, "link_efficiency", "policy", 0.01));
+  if (efficiency) {
+    if (*efficiency > 1) return KeyError("policy.link_efficiency", fmt::format("{} is more than 1", *efficiency));
+    p.link_efficiency = *efficiency;
+  }
   return p;
 }
 

@@ -557,7 +557,10 @@ Result<Plan> MakePlan(const Inventory& inv, const PlanOptions& options) {
     return InvalidArgument(fmt::format("--evacuate: no host '{}' in the inventory (hosts: {})", options.evacuate,
                                        fmt::join(names, ", ")));
   }
-  return Planner(inv, options, static_cast<uint32_t>(h - inv.hosts.data())).Run();
+  // Every figure of the plan is at the payload rate the links really carry.
+  Inventory payload = inv;
+  for (Host& x : payload.hosts) x.link_bytes_per_s *= inv.policy.link_efficiency;
+  return Planner(payload, options, static_cast<uint32_t>(h - inv.hosts.data())).Run();
 }
 
 }  // namespace gpumigrate::planner

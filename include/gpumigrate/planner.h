@@ -106,6 +106,11 @@ struct Policy {
   // that may start together start this far apart, so they do not all switch
   // over at once. Measured about 100 ms on the project's 2-core VM.
   std::chrono::nanoseconds start_interval = std::chrono::milliseconds(100);
+  // What of a link's rate carries migration payload: TCP/IP and TLS headers take
+  // the rest (a 1500-byte frame carries 1448 bytes of TCP payload). Plans divide
+  // link × this among the migrations on it, and `evacuate` paces each at its
+  // part, so a link so shared never builds a queue. (0, 1].
+  double link_efficiency = 0.95;
 };
 
 struct Inventory {

@@ -46,11 +46,13 @@ inline J VmJ(const std::string& name, const std::string& host, std::vector<int> 
   return v;
 }
 
-// The fixtures' policy has no migration overhead and no start interval unless
-// a test gives them, so their durations are the model's alone.
+// The fixtures' policy has no migration overhead, no start interval and links
+// that carry their whole rate unless a test gives them, so their durations are
+// the model's alone.
 inline J Inv(J hosts, J vms, J groups = J::array(), J policy = {{"max_stun", "100s"}, {"allow_power_off", false}}) {
   if (!policy.contains("migration_overhead")) policy["migration_overhead"] = "0s";
   if (!policy.contains("start_interval")) policy["start_interval"] = "0s";
+  if (!policy.contains("link_efficiency")) policy["link_efficiency"] = 1;
   return {{"version", 1}, {"policy", policy}, {"hosts", hosts}, {"groups", groups}, {"vms", vms}};
 }
 

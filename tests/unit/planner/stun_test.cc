@@ -108,6 +108,32 @@ TEST(PlannerStun, EachMigrationGetsItsTimeBudget) {
       << bad.status().message();
 }
 
+// A link carries its rate less the headers' share (policy.link_efficiency):
+// the plan's shares are of that payload rate, and its stuns and times follow.
+TEST(PlannerStun, PlansAtTheLinksPayloadRate) {
+  J vms = J::array({VmJ("big", "gpu-a", {0}, "3g.40gb", 0, "inference", nullptr, false, Est(8000, 40000))});
+  J hosts = J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1)});
+  const PlannedAction whole = ActionOf(PlanOf(Inv(hosts, vms), "gpu-a"), "big");
+  const PlannedAction half =
+      ActionOf(PlanOf(Inv(hosts, vms, J::array(), {{"max_stun", "100s"}, {"link_efficiency", 0.5}}), "gpu-a"), "big");
+  ASSERT_EQ(half.action, Action::kLiveMigrate);
+  EXPECT_DOUBLE_EQ(half.bandwidth_bytes_per_s, whole.bandwidth_bytes_per_s / 2);
+  EXPECT_GT(half.predicted_stun_ms, whole.predicted_stun_ms);
+  EXPECT_GT(half.end_ms - half.start_ms, whole.end_ms - whole.start_ms);
+  // The default: 0.95.
+  J no_key = J::parse(Inv(hosts, vms).dump());
+  no_key["policy"].erase("link_efficiency");
+  auto parsed = ParseInventory(no_key.dump());
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_DOUBLE_EQ(parsed->policy.link_efficiency, 0.95);
+  for (double bad : {0.0, 1.5}) {
+    auto r = ParseInventory(Inv(hosts, vms, J::array(), {{"link_efficiency", bad}}).dump());
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(std::string(r.status().message()).find("policy.link_efficiency"), std::string::npos)
+        << r.status().message();
+  }
+}
+
 TEST(PlannerStun, Formats) {
   EXPECT_EQ(Gbit(6.25e9), "50 Gbit");
   EXPECT_EQ(Gbit(12.5e9), "100 Gbit");
