@@ -28,7 +28,7 @@ struct EvacuateFlags {
   std::string etcd;
   std::string etcd_prefix = "/gpumigrate/";
   std::string id;
-  std::string poll = "200ms";
+  std::string poll = "100ms";
   std::string agent_timeout = "20s";
   std::string bandwidth;
   std::string resume_window;  // passed to every migrate (a slower link, for demos and tests)

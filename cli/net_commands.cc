@@ -192,7 +192,7 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
   c->add_option("--to", f.to, "The receiver's ADDR:PORT")->required();
   AddSourceFlags(c, f.src);
   c->add_option("--bandwidth-file", f.bandwidth_file,
-                "Follow the rate cap this file holds (e.g. 12MB/s, 0 for none), re-read every 50 ms while the "
+                "Follow the rate cap this file holds (e.g. 12MB/s, 0 for none), re-read every 20 ms while the "
                 "migration runs: the agent paces an evacuation's migrations at their shares of the link this way "
                 "(overrides --bandwidth)");
   c->add_option("--warmup", f.warmup, "Let the workload run this long before migrating")->capture_default_str();

@@ -12,7 +12,10 @@ first), so the plan predicts this fleet and not a real one. Then:
      batched_total_ms;
   2. the evacuation as planned (`evacuate --yes`), wall time;
   3. the fleet built again, and the same evacuation in fixed batches
-     (`evacuate --yes --batched`), wall time.
+     (`evacuate --yes --batched`), wall time;
+  4. the fleet built again, and the same evacuation with its links left to
+     TCP (`evacuate --yes --no-pace`): the peer of the paced run, whose
+     migrations are each paced at the share of the link the plan gives them.
 One JSON line: each wall time beside the plan's prediction for it, the
 pipelined run beside the batched one (its peer in the same run), and per VM of
 each run: the predicted stun beside the measured one (and their error), the
@@ -98,6 +101,13 @@ def per_vm(plan, report, run):
     return out
 
 
+def median(sorted_values):
+    n = len(sorted_values)
+    if not n:
+        return None
+    return round(sorted_values[n // 2] if n % 2 else (sorted_values[n // 2 - 1] + sorted_values[n // 2]) / 2, 3)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("gpumigrate")
@@ -122,13 +132,17 @@ def main():
             estimates[name] = json.loads(r.stdout)
         wall, report, plan, run = run_fleet(binary, args.rate, args.hosts, estimates, [])
         bwall, breport, _, brun = run_fleet(binary, args.rate, args.hosts, estimates, ["--batched"])
+        uwall, ureport, _, urun = run_fleet(binary, args.rate, args.hosts, estimates, ["--no-pace"])
         if args.dump:
             with open(args.dump, "w") as fo:
                 json.dump({"plan": plan, "report": report, "run": run, "batched_report": breport,
-                           "batched_run": brun, "estimates": estimates}, fo, indent=1)
+                           "batched_run": brun, "unpaced_report": ureport, "unpaced_run": urun,
+                           "estimates": estimates}, fo, indent=1)
         stun = {v["vm"]: v.get("stun_ms") for v in report["vms"]}
         vms = per_vm(plan, report, run)
         errors = sorted(abs(v["stun_error"]) for v in vms.values() if v["stun_error"] is not None)
+        uvms = per_vm(plan, ureport, urun)
+        uerrors = sorted(abs(v["stun_error"]) for v in uvms.values() if v["stun_error"] is not None)
         out = {
             "bench": "evacuate", "hosts": args.hosts, "vms": len(VMS), "rate": args.rate,
             "plan_total_ms": plan["total_ms"], "wall_ms": round(wall, 1),
@@ -140,10 +154,12 @@ def main():
             "stun_ms": stun,
             "outcomes": sorted({v["outcome"] for v in report["vms"] + breport["vms"]}),
             "per_vm": vms, "batched_stun_ms": {v["vm"]: v.get("stun_ms") for v in breport["vms"]},
-            "stun_error_median": round(errors[len(errors) // 2] if len(errors) % 2 else
-                                       (errors[len(errors) // 2 - 1] + errors[len(errors) // 2]) / 2, 3)
-            if errors else None,
+            "stun_error_median": median(errors),
             "stun_error_worst": errors[-1] if errors else None,
+            "unpaced": {"wall_ms": round(uwall, 1),
+                        "wall_vs_plan": round(uwall / plan["total_ms"], 3) if plan["total_ms"] else None,
+                        "stun_ms": {v["vm"]: v.get("stun_ms") for v in ureport["vms"]},
+                        "stun_error_median": median(uerrors), "stun_error_worst": uerrors[-1] if uerrors else None},
         }
         print(json.dumps(out))
         return 0

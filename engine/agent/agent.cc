@@ -703,7 +703,7 @@ Result<Json> Agent::Migrate(const Json& req) {
 }
 
 // A paced migration's new rate (its share of the link changed): written to the
-// file its process re-reads every 50 ms.
+// file its process re-reads every 20 ms.
 Result<Json> Agent::Pace(const Json& req) {
   const int64_t id = req.value("job", int64_t{0});
   const std::string rate = req.value("bandwidth", "");

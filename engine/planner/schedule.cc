@@ -289,6 +289,8 @@ class Replay {
     double left = 0;   // phases 1, 2: bytes left
     double start = 0, stun_from = 0, moved = 0, moving_ms = 0;
     bool source_freed = false;
+    bool decided = false;      // its switchover was judged at the share it had then
+    double final_bytes = -1;   // >= 0: its final round's bytes after one more round
   };
 
   // The job's figures at `bw`: setup, rounds' bytes, final bytes, fixed, teardown.
@@ -409,6 +411,23 @@ class Replay {
           if (jobs_[l.i].target != jobs_[l.i].source) ++moving[jobs_[l.i].target];
         }
       }
+      // The engine judges its switchover at the link's present rate (when below
+      // its rounds' average): a migration whose final round would start at a
+      // share well below the rate its rounds were modelled at, and which the
+      // model at that share takes through more rounds, runs one more round (the
+      // bytes it would have sent in the stun) and then a final round of the
+      // model's at that share. Shares are what `evacuate` paces them at.
+      for (Live& l : live) {
+        if (l.phase != 2 || l.decided || l.stun_from != now) continue;
+        l.decided = true;
+        const double r = RateOf(l.i, moving);
+        if (!(r < 0.9 * rate[l.i]) || l.left <= 0) continue;
+        const Shape lo = ShapeAt(l.i, r);
+        if (lo.final_bytes < 0.8 * l.left) {
+          l.phase = 1;
+          l.final_bytes = lo.final_bytes;
+        }
+      }
       double dt = INFINITY;
       for (const Live& l : live) {
         if (l.phase == 1 || l.phase == 2) {
@@ -453,7 +472,7 @@ class Replay {
       case 1:
         if (l.left > eps) return false;
         l.phase = 2;
-        l.left = s.final_bytes;
+        l.left = l.final_bytes >= 0 ? l.final_bytes : s.final_bytes;
         l.stun_from = now;
         jt.final_bandwidth_bytes_per_s = 0;  // set at the first instant it moves
         if (l.left <= eps) jt.final_bandwidth_bytes_per_s = RateAlone(l.i);

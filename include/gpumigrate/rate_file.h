@@ -21,7 +21,7 @@ class RateFile {
   // unlimited) and then every `period` on a thread of its own. A later read
   // that fails (the file being replaced, or not a rate) keeps the rate it had.
   static Result<std::unique_ptr<RateFile>> Open(const std::string& path,
-                                                std::chrono::milliseconds period = std::chrono::milliseconds(50));
+                                                std::chrono::milliseconds period = std::chrono::milliseconds(20));
   ~RateFile();
 
   // Bytes/s, 0: unlimited; for SourceOptions::bandwidth_now.

@@ -240,6 +240,27 @@ TEST(PlannerSchedule, EachStunIsPredictedAtItsFinalRoundsShare) {
   EXPECT_EQ(shorter.t.stun_ms, 205);
 }
 
+// The engine judges its switchover at the share it has then (the link's present
+// rate, below its rounds' average): a migration alone for most of its rounds
+// whose final round would meet another's first bytes runs one more round, as
+// the model at that share does, and switches over with that round's smaller
+// final bytes; not with the bytes its average rate would have left.
+TEST(PlannerSchedule, ASwitchoverJudgedAtALowerShareRunsTheRoundTheEngineWould) {
+  std::vector<HostLimit> hosts{{2, 1000}, {2, 1000}, {2, 1000}};
+  Job a = Transfer(1, 8000, 0);
+  a.at = [](double bw) {  // at under 700 B/s the model runs one more round: a smaller final round
+    const double fin = bw > 700 ? 400 : 100;
+    const double stun = 5 + fin / bw * 1e3;
+    return Timed{static_cast<int64_t>(std::ceil(8000 / bw * 1e3 + stun)), static_cast<int64_t>(std::ceil(stun)), fin,
+                 5, 0};
+  };
+  std::vector<Job> jobs{a, Transfer(2, 8000, 100, 7000)};  // the second moves bytes from 7 s on
+  ScheduleResult r = Schedule(jobs, hosts, {});
+  const JobTiming& first = r.pipelined.jobs[0];
+  EXPECT_DOUBLE_EQ(first.final_bandwidth_bytes_per_s, 500);
+  EXPECT_EQ(first.t.stun_ms, 205) << "5 ms + 100 B at 500 B/s, not 400 B at it (805 ms)";
+}
+
 // A migration still starting (its processes, its handshakes) moves no bytes:
 // another's final round beside it has the link to itself.
 TEST(PlannerSchedule, AMigrationStillStartingTakesNoShareOfAFinalRound) {
