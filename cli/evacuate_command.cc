@@ -38,6 +38,8 @@ struct Running {
   Clock::time_point last_print{}, last_ok = Clock::now(), confirm_since{};
   Clock::time_point started = Clock::now();
   double paced = 0;  // the share its source agent paces it at (bytes/s); 0: not yet, -1: it cannot be paced
+  std::string session_phase;  // the migrate session's phase, as the source agent reports it ("": not yet)
+  bool phase_reported = false;  // the agent reports session phases at all
 };
 
 
@@ -248,13 +250,17 @@ class Evacuation {
     }
   }
 
-  // Whether a live migration moves bytes now, as the plan's replay counts it:
-  // from the end of its setup (a third of policy.migration_overhead after its
-  // start) until its source completes.
+  // Whether a live migration moves bytes now: from its session's first round
+  // until its source completes, as its source agent reports the session's
+  // phase; from an agent that does not, from the end of its setup as the plan
+  // counts it (a third of policy.migration_overhead after its start). A
+  // migration still starting takes no share from the others.
   bool Moving(const Running& r) const {
-    const auto setup = fleet_.Policy().migration_overhead / 3;
-    return r.a.action == planner::Action::kLiveMigrate && r.phase == "migrate" && r.src_job != 0 &&
-           Clock::now() - r.started >= setup;
+    if (r.a.action != planner::Action::kLiveMigrate || r.phase != "migrate" || r.src_job == 0) return false;
+    if (r.phase_reported) {
+      return r.session_phase == "round-start" || r.session_phase == "round-end" || r.session_phase == "switchover";
+    }
+    return Clock::now() - r.started >= fleet_.Policy().migration_overhead / 3;
   }
 
   // The share of the links a migration from `source` to `target` gets now, as
@@ -584,6 +590,10 @@ class Evacuation {
     }
     r.last_ok = now;
     if (state == "running") {
+      if (r.phase == "migrate" && j.contains("session_phase") && j["session_phase"].is_string()) {
+        r.session_phase = j["session_phase"].get<std::string>();
+        r.phase_reported = true;
+      }
       const std::string line = j.value("progress", "");
       if (line != r.last_line && now - r.last_print > std::chrono::seconds(1)) {
         Say("{}: {} {}: {}", r.a.vm, r.phase, host, line);

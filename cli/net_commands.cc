@@ -195,6 +195,9 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
                 "Follow the rate cap this file holds (e.g. 12MB/s, 0 for none), re-read every 20 ms while the "
                 "migration runs: the agent paces an evacuation's migrations at their shares of the link this way "
                 "(overrides --bandwidth)");
+  c->add_option("--phase-file", f.phase_file,
+                "Keep the session's phase in this file as it changes ({\"phase\": \"round-start\", \"round\": 2}, "
+                "replaced whole): the agent reports it, and an evacuation's controller paces by it");
   c->add_option("--warmup", f.warmup, "Let the workload run this long before migrating")->capture_default_str();
   c->add_option("--connect-timeout", f.connect_timeout, "How long to try reaching the receiver")->capture_default_str();
   c->add_flag("--dry-run", f.dry_run,
@@ -351,7 +354,14 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     progress.Update(p);
     trace.Add(p);
   };
-  o.on_phase = WithCrashHook(nullptr);
+  std::function<void(Phase, uint32_t)> phase_file;
+  if (!f.phase_file.empty()) {
+    phase_file = [path = f.phase_file](Phase p, uint32_t round) {
+      // Best effort: a phase file that cannot be written leaves the agent the clock.
+      (void)ReplaceFile(path, fmt::format(R"({{"phase": "{}", "round": {}}})", PhaseName(p), round));
+    };
+  }
+  o.on_phase = WithCrashHook(phase_file);
   if (guest != nullptr) guest->WireInto(o);
   std::vector<NetSession> links;
   links.push_back(std::move(ns).value());

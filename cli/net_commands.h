@@ -41,6 +41,7 @@ struct MigrateFlags {
   bool json = false;
   std::string plot;  // --plot FILE.png
   std::string bandwidth_file;  // --bandwidth-file: a cap that changes while it runs
+  std::string phase_file;      // --phase-file: the engine's phase, for the agent
 };
 
 struct ReceiveFlags {

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -285,6 +286,19 @@ Json Agent::JobJson(const Job& job) const {
   if (job.ended_unix_ms != 0) j["ended_unix_ms"] = job.ended_unix_ms;
   if (job.state == "running") {
     j["progress"] = LastLine(JobPath(job.id, "err"));
+    // A migration's session phase, as its process last wrote it ("starting":
+    // none yet; absent: unreadable, so the caller keeps what it knew).
+    if (job.kind == "migrate") {
+      std::ifstream in(JobPath(job.id, "phase"));
+      std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      Json ph = Json::parse(text, nullptr, false);
+      if (!in.is_open()) {
+        j["session_phase"] = "starting";
+      } else if (ph.is_object() && ph.contains("phase") && ph["phase"].is_string()) {
+        j["session_phase"] = ph["phase"];
+        if (ph.contains("round") && ph["round"].is_number_unsigned()) j["round"] = ph["round"];
+      }
+    }
   } else if (!job.report.is_null()) {
     j["report"] = job.report;
   }
@@ -468,7 +482,7 @@ Result<Agent::Job*> Agent::StartLocked(std::unique_ptr<Job> job, const std::vect
 Result<Agent::Job*> Agent::RecordLocked(std::unique_ptr<Job> job) {
   job->id = next_job_++;
   job->started_unix_ms = NowMs();
-  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port", "rate", "adopter.out", "adopter.err", "adopter.rc",
+  for (const char* ext : {"out", "err", "rc", "rc.tmp", "port", "rate", "phase", "adopter.out", "adopter.err", "adopter.rc",
                           "adopter.rc.tmp"}) {  // a job id's files from an earlier life
     std::error_code ec;
     fs::remove(JobPath(job->id, ext), ec);
@@ -697,6 +711,8 @@ Result<Json> Agent::Migrate(const Json& req) {
     argv.push_back("--bandwidth-file");
     argv.push_back(file);
   }
+  argv.push_back("--phase-file");
+  argv.push_back(JobPath(started->id, "phase"));
   GM_RETURN_IF_ERROR(LaunchLocked(*started, argv));
   const int64_t id = started->id;
   return Reply({{"job", id}});

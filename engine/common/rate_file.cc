@@ -28,7 +28,9 @@ Result<double> ReadRateFile(const std::string& path) {
   return *r;
 }
 
-Status WriteRateFile(const std::string& path, const std::string& text) {
+Status WriteRateFile(const std::string& path, const std::string& text) { return ReplaceFile(path, text); }
+
+Status ReplaceFile(const std::string& path, const std::string& text) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return Unavailable(fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));

@@ -47,5 +47,7 @@ class RateFile {
 Result<double> ReadRateFile(const std::string& path);
 // Writes `text` to `path` so that a reader sees the old rate or the new, never half.
 Status WriteRateFile(const std::string& path, const std::string& text);
+// The same for any small file another process polls (a migration's phase).
+Status ReplaceFile(const std::string& path, const std::string& text);
 
 }  // namespace gpumigrate

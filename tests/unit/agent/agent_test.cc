@@ -250,13 +250,23 @@ TEST_F(AgentTest, MigrateRunsTheCliAndTheVmLeavesOnlyWhenItCompleted) {
   Json r = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "10.0.0.2:5000"}, {"options", {{"max_stun", "2s"}}}});
   ASSERT_TRUE(r["ok"]) << r.dump();
   ASSERT_EQ(children_.started.size(), 1u);
+  const std::string phase_file = (dir_ / "jobs" / fmt::format("{}.phase", r["job"].get<int64_t>())).string();
   const std::vector<std::string> want = {"/usr/bin/gpumigrate", "migrate", "--to", "10.0.0.2:5000", "--device",
-                                         "sim:size=8MiB", "--json", "--max-stun", "2s", "--tls-ca", "ca.pem"};
+                                         "sim:size=8MiB", "--json", "--max-stun", "2s", "--tls-ca", "ca.pem",
+                                         "--phase-file", phase_file};
   EXPECT_EQ(children_.started[0].argv, want);
   // While it runs: reported with its progress line, and not started twice.
   Json st = Call({{"op", "status"}, {"job", r["job"]}});
   EXPECT_EQ(st["jobs"][0]["state"], "running");
   EXPECT_EQ(st["jobs"][0]["progress"], "round 0: 1 MB");
+  EXPECT_EQ(st["jobs"][0]["session_phase"], "starting") << "no phase written yet";
+  // The session's phase, as the child writes it (the controller paces by it).
+  std::ofstream(phase_file) << R"({"phase": "round-start", "round": 2})";
+  st = Call({{"op", "status"}, {"job", r["job"]}});
+  EXPECT_EQ(st["jobs"][0]["session_phase"], "round-start");
+  EXPECT_EQ(st["jobs"][0]["round"], 2);
+  std::ofstream(phase_file) << "{torn";
+  EXPECT_FALSE(Call({{"op", "status"}, {"job", r["job"]}})["jobs"][0].contains("session_phase"));
   EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "10.0.0.3:5000"}})).find("already in job"),
             std::string::npos);
   EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "nope"}, {"to", "x:1"}})).find("does not run on gpu-a"),
