@@ -52,6 +52,31 @@ json_check "$tmp/multi.json" 'r["outcome"] == "completed" and r["compression_rat
 json_check "$tmp/multi.json" 'r["scrubbed"] is False and "--no-scrub" in r["scrub"]' "--no-scrub leaves the source and says so"
 json_check "$tmp/multi.recv.json" 'r["destination"]["self_check"] == "ok"' "destination self-check after 3 streams"
 
+# 2b. Paced through a rate file (how the agent paces an evacuation's migrations):
+#     at 512KB/s the 64 MiB would take over two minutes; the file is lifted once
+#     the session's phase file says round 0 runs, and the migration then ends
+#     within its 60 s bound. The phase file holds the session's phase as JSON.
+echo "512KB/s" >"$tmp/pace.rate"
+start_receiver pace "$dev"
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --streams 2 --warmup 10ms \
+  --bandwidth-file "$tmp/pace.rate" --phase-file "$tmp/pace.phase" --no-scrub --json >"$tmp/pace.json" 2>/dev/null &
+ppid=$!
+pids+=("$ppid")
+for _ in $(seq 400); do grep -q '"round-start"' "$tmp/pace.phase" 2>/dev/null && break; sleep 0.05; done
+contains "the phase file says round 0 runs" "$tmp/pace.phase" '"phase": "round-start", "round": 0'
+sleep 1
+contains "still in round 0 a second later at 512KB/s" "$tmp/pace.phase" '"round": 0'
+echo 0 >"$tmp/pace.rate.tmp" && mv "$tmp/pace.rate.tmp" "$tmp/pace.rate"
+wait $ppid; check "a paced migration completes once its rate file lifts the cap" 0 $?
+wait $rpid; check "receive of the paced migration" 0 $?
+json_check "$tmp/pace.json" 'r["outcome"] == "completed" and r["verified"]' "paced migration completed and verified"
+python3 -c 'import json,sys; p=json.load(open(sys.argv[1])); sys.exit(0 if p["phase"] in ("completed", "commit-sent") else 1)' \
+  "$tmp/pace.phase"; check "the phase file ends at the session's end" 0 $?
+timeout 30 "$bin" migrate --device "$dev" --to 127.0.0.1:1 --insecure-no-tls --bandwidth-file "$tmp/none.rate" \
+  >/dev/null 2>"$tmp/norate.err"
+check "a missing rate file is a usage error" 2 $?
+contains "it names the file" "$tmp/norate.err" "none.rate"
+
 # 3. The receiver is killed with SIGKILL mid-migration: the source aborts and keeps running.
 big="sim:size=256MiB,hot=2MiB,kv_rate=16MiB/s,page=64KiB,step=2ms"
 start_receiver kill "$big"
