@@ -625,10 +625,14 @@ class Evacuation {
         return Step(r, replan_why);
       }
       if (state == "failed") {  // rolled back: the VM runs on the source
-        // Its receive at the target still holds the VM's placement there until
-        // the source's Abort (or the closed connection) ends it: a re-plan made
-        // before then would collide with it (a replacement on the same slices).
-        if (r.dst_job != 0) AwaitJobEnd(r.target, r.dst_job, std::chrono::seconds(30));
+        // Its receive at the target still holds the VM's placement there: a
+        // re-plan made before it ends would collide with it (a replacement on the
+        // same slices). The source's Abort may wait behind a collapsed link for
+        // minutes, so the receive is cancelled, and its end awaited (bounded).
+        if (r.dst_job != 0) {
+          (void)Ask(r.target, "cancel", {{"job", r.dst_job}, {"reason", "the source's migration failed"}});
+          AwaitJobEnd(r.target, r.dst_job, std::chrono::seconds(10));
+        }
         (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, detail);
         (void)store_->Release(r.reservation);
         Finish({r.a.vm, action, r.target, "failed", detail, r.a.predicted_stun_ms}, true);

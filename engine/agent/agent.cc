@@ -43,6 +43,7 @@ struct Agent::Job {
   std::string adopted_device;
   int64_t started_unix_ms = 0, ended_unix_ms = 0;
   Json report;        // the child's --json report, once it ended
+  std::string cancel_reason;  // set by a cancel request; leads the detail once it ended
 };
 
 namespace {
@@ -385,7 +386,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       // Kept and held, so the VM is never listed nowhere: an operator resolves
       // it (gone, when the source ran on).
       job.state = rc ? "in-doubt" : "lost";
-      job.detail = rc ? fmt::format("in doubt (exit 3): {}", last)
+      job.detail = rc ? fmt::format("in doubt (exit 3): {}", why)
                       : "the receiving process ended without an exit status (killed?)";
       remove_vm();
       vms_.push_back(job.record);
@@ -394,7 +395,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
                                   job.id, job.detail);
     } else {
       job.state = "failed";
-      job.detail = fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", last);
+      job.detail = fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", why);
       // The process that was to adopt it holds nothing: it goes too.
       if (job.adopter_pid != 0) launcher_->Kill(job.adopter_pid, job.adopter_token);
     }
@@ -413,6 +414,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       job.detail = rc ? fmt::format("hook exited {}: {}", *rc, last) : "the hook ended without an exit status";
     }
   }
+  if (!job.cancel_reason.empty()) job.detail = fmt::format("{}; {}", job.cancel_reason, job.detail);
 }
 
 Json Agent::Inventory() const {
@@ -739,6 +741,31 @@ Result<Json> Agent::Pace(const Json& req) {
   return FailedPrecondition(fmt::format("no job {} on {}", id, config_.host));
 }
 
+// A running migration or receive stopped (SIGTERM to its process, which ends
+// as a cancel: a migration rolls back, its source running; a receive keeps
+// nothing). The controller cancels a receive whose source has already failed:
+// left alone, it would wait for an Abort queued behind a slow link while it
+// holds the VM's placement here. Replies at once; the job's end shows in status.
+Result<Json> Agent::Cancel(const Json& req) {
+  const int64_t id = req.value("job", int64_t{0});
+  if (id == 0) return InvalidArgument("cancel needs \"job\" (and may say \"reason\")");
+  const std::string reason = req.value("reason", "");
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  for (auto& j : jobs_) {
+    if (j->id != id) continue;
+    if (j->kind != "migrate" && j->kind != "receive") {
+      return FailedPrecondition(fmt::format("job {} is a {} hook; only a migrate or receive job can be cancelled", id,
+                                            j->kind));
+    }
+    if (j->state != "running") return Reply({{"job", id}, {"state", j->state}});  // ended already: nothing to do
+    j->cancel_reason = reason.empty() ? "cancelled" : "cancelled: " + reason;
+    if (j->pid != 0) launcher_->Kill(j->pid, j->token);
+    return Reply({{"job", id}, {"state", "cancelling"}});
+  }
+  return FailedPrecondition(fmt::format("no job {} on {}", id, config_.host));
+}
+
 Result<Json> Agent::RunHook(const Json& req, bool drain) {
   const char* op = drain ? "drain" : "start-replica";
   VmRecord rec;
@@ -846,8 +873,8 @@ Json Agent::Handle(const Json& request) {
       request.is_object() && request.contains("op") && request["op"].is_string() ? request["op"].get<std::string>()
                                                                                : "";
   Result<Json> r = InvalidArgument(
-      fmt::format("unknown op '{}' (inventory, status, receive, migrate, start-replica, drain, power-off, "
-                  "resolve, maintenance)",
+      fmt::format("unknown op '{}' (inventory, status, receive, migrate, pace, cancel, start-replica, drain, "
+                  "power-off, resolve, maintenance)",
                   op));
   try {
     if (op == "inventory") {
@@ -873,6 +900,8 @@ Json Agent::Handle(const Json& request) {
       r = Migrate(request);
     } else if (op == "pace") {
       r = Pace(request);
+    } else if (op == "cancel") {
+      r = Cancel(request);
     } else if (op == "start-replica" || op == "drain") {
       r = RunHook(request, op == "drain");
     } else if (op == "power-off") {

@@ -403,7 +403,7 @@ void Source::RollBack(Status st) {
   (void)writer_->Send(wire::MakeAbort(report_.dry_run ? "dry run complete: the probe stops before switchover"
                                                            : st.message(),
                                            report_.dry_run ? "dry run" : StepName(at_)));
-  CloseAll();
+  CloseAll(/*reset_data=*/true);
   if (tracking_) (void)tracker_->Stop();
   tracking_ = false;
   report_.status = st;

@@ -96,11 +96,14 @@ class Source {
     if (opt_.on_phase) opt_.on_phase(p, round);
   }
   void ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t done, bool force);
-  void CloseAll() {
+  // reset_data: the migration is given up, and what its data streams still
+  // hold unsent (megabytes on a slow link) is dropped rather than left to drain
+  // ahead of the Abort on the same link (Stream::Reset).
+  void CloseAll(bool reset_data = false) {
     if (reader_) reader_->StopQuietly();
     if (live_) live_->StopQuietly();
     streams_.control->Close();
-    for (Stream* s : streams_.data) s->Close();
+    for (Stream* s : streams_.data) reset_data ? s->Reset() : s->Close();
     if (live_) live_->Join();
   }
   // Times one stun phase: runs `step` and adds to `slot` the time since the

@@ -159,6 +159,7 @@ class Agent {
   Result<Json> Receive(const Json& req);
   Result<Json> Migrate(const Json& req);
   Result<Json> Pace(const Json& req);
+  Result<Json> Cancel(const Json& req);
   Result<Json> RunHook(const Json& req, bool drain);
   Result<Json> PowerOff(const Json& req);
   Result<Json> Release(const Json& req);

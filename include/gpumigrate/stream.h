@@ -29,6 +29,11 @@ class Stream {
   virtual Status WriteAll(std::span<const std::byte> data) = 0;
   virtual Status ReadExact(std::span<std::byte> out) = 0;
   virtual void Close() = 0;
+  // An abortive Close(): what was written and not yet delivered is dropped, so
+  // a migration given up on a slow link does not leave megabytes queued ahead
+  // of its Abort (TCP: a reset). Pending calls on either end fail promptly.
+  // Where a stream cannot drop its buffer this is Close().
+  virtual void Reset() { Close(); }
   // Bytes written that the peer has acknowledged (TCP: tcpi_bytes_acked), as a
   // measure of what the link carried rather than what local buffers took;
   // nullopt where the stream cannot tell (pipes, files, wrappers). Any thread.

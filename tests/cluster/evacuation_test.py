@@ -179,6 +179,12 @@ def collapse(binary):
         target = m.group(1)
         received = [j for j in f.jobs(target) if j["kind"] == "receive" and j["state"] == "completed"]
         check(f"nothing was received on {target}", not received, json.dumps(received)[:1000])
+        # Its receive ended as failed (by the source's Abort or the controller's cancel), not lost or held: the
+        # slot was free for the re-plan.
+        receives = [j for j in f.jobs(target) if j["kind"] == "receive" and j["vm"] == "chat-1"]
+        check(f"{target}'s receive for chat-1 ended failed, holding nothing",
+              len(receives) == 1 and receives[0]["state"] == "failed", json.dumps(receives)[:2000])
+        print(f"   ({target}'s receive: {receives[0].get('detail', '')[:300] if receives else '-'})", flush=True)
         hooks = f.hooks()
         start = next((i for i, line in enumerate(hooks) if line.startswith("start chat-1-replica")), None)
         drain = next((i for i, line in enumerate(hooks) if line == "drain chat-1 on gpu-a"), None)

@@ -32,6 +32,7 @@ class FaultStream final : public Stream {
     return st;
   }
   void Close() override { inner_->Close(); }
+  void Reset() override { inner_->Reset(); }
   void Cut() { inner_->Close(); }
   void Blackhole() { blackhole_ = true; }
   void Deafen() { deaf_ = true; }

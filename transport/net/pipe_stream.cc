@@ -90,6 +90,11 @@ class PipeEnd final : public Stream {
     out_->Close(false);
     in_->Close(true);
   }
+  // Abortive: what the peer has not read yet is dropped too.
+  void Reset() override {
+    out_->Close(true);
+    in_->Close(true);
+  }
 
  private:
   std::string name_;

@@ -163,6 +163,10 @@ class UringTcpStream final : public Stream {
   void Close() override {
     if (!closed_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
   }
+  void Reset() override {
+    closed_ = true;
+    ResetTcp(fd_);
+  }
 
   std::optional<uint64_t> BytesDelivered() const override { return TcpBytesAcked(fd_); }
   std::optional<uint64_t> BytesUnsent() const override { return TcpBytesNotSent(fd_); }
@@ -175,6 +179,17 @@ class UringTcpStream final : public Stream {
 };
 
 }  // namespace
+
+void ResetTcp(int fd) {
+  linger l{1, 0};  // should the owner close(fd) now, that too resets rather than drains
+  (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+  // connect(AF_UNSPEC) disconnects a TCP socket in place (tcp_disconnect): the
+  // send queue is purged, a RST goes out, and waiters see ECONNRESET.
+  sockaddr sa{};
+  sa.sa_family = AF_UNSPEC;
+  (void)::connect(fd, &sa, sizeof(sa));
+  (void)::shutdown(fd, SHUT_RDWR);  // whatever the disconnect left, wake it
+}
 
 Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name) {
   Tune(fd);

@@ -34,6 +34,11 @@ std::optional<uint64_t> TcpBytesAcked(int fd);
 // tcpi_notsent_bytes (Linux 4.6+): written to the socket, not yet sent.
 std::optional<uint64_t> TcpBytesNotSent(int fd);
 
+// Resets a connected TCP socket at once (SO_LINGER 0, then a disconnect): the
+// send queue is dropped, the peer gets a RST, and calls pending on fd fail with
+// ECONNRESET; fd stays open (its owner closes it).
+void ResetTcp(int fd);
+
 // Wraps a connected socket (takes ownership of fd).
 Result<std::unique_ptr<Stream>> MakeUringTcpStream(int fd, std::string name);
 

@@ -377,6 +377,40 @@ TEST_F(AgentTest, ReceiveListensAndKeepsTheVmOnlyWhenVerified) {
             std::string::npos);
 }
 
+// A receive whose source already failed (its Abort stuck behind a slow link):
+// the controller cancels it, its process is stopped, the detail says why, and
+// the slot it held is free again. Only migrate and receive jobs are cancelled.
+TEST_F(AgentTest, ACancelledReceiveEndsAndFreesItsSlot) {
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  Json r = Call({{"op", "receive"}, {"vm", in}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  EXPECT_NE(Error(Call({{"op", "cancel"}})).find("cancel needs \"job\""), std::string::npos);
+  EXPECT_NE(Error(Call({{"op", "cancel"}, {"job", 99}})).find("no job 99"), std::string::npos);
+  Json c = Call({{"op", "cancel"}, {"job", r["job"]}, {"reason", "the source's migration failed"}});
+  ASSERT_TRUE(c["ok"]) << c.dump();
+  EXPECT_EQ(c["state"], "cancelling");
+  EXPECT_FALSE(children_.started[0].alive) << "the receiving process was not stopped";
+  // As `gpumigrate receive --json` ends on SIGTERM: exit 1, its error in the report (its stderr's last line is
+  // a progress line).
+  End(children_, 0, 1, R"({"outcome": "aborted", "error": "migration aborted in pre-copy round 0: cancelled"})");
+  Json st = Call({{"op", "status"}, {"job", r["job"]}});
+  EXPECT_EQ(st["jobs"][0]["state"], "failed");
+  EXPECT_EQ(st["jobs"][0]["detail"], "cancelled: the source's migration failed; nothing kept (exit 1): migration "
+                                     "aborted in pre-copy round 0: cancelled");
+  EXPECT_EQ(VmNames(), (std::vector<std::string>{"llm-1", "chat-1"}));
+  in["name"] = "llm-10";
+  EXPECT_TRUE(Call({{"op", "receive"}, {"vm", in}})["ok"]) << "the cancelled receive's slot is free";
+  // Ended already: nothing to do, said so.
+  c = Call({{"op", "cancel"}, {"job", r["job"]}});
+  ASSERT_TRUE(c["ok"]) << c.dump();
+  EXPECT_EQ(c["state"], "failed");
+  Json d = Call({{"op", "drain"}, {"vm", "chat-1"}});
+  ASSERT_TRUE(d["ok"]) << d.dump();
+  EXPECT_NE(Error(Call({{"op", "cancel"}, {"job", d["job"]}})).find("only a migrate or receive job"),
+            std::string::npos);
+}
+
 TEST_F(AgentTest, AnUnverifiedOrSilentReceiveKeepsNothing) {
   Json in = Json::parse(kIncoming);
   in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};

@@ -127,6 +127,39 @@ TEST(Tcp, CloseWakesABlockedReader) {
   closer.join();
 }
 
+// A migration given up on a slow link: Close() would leave what waits in the
+// socket to drain ahead of anything else (minutes at a collapsed rate); Reset()
+// drops it. The blocked writer is woken, and the peer, once it has read what
+// had already reached it, meets a reset, not the end of a stream that carried
+// everything.
+TEST(Tcp, AResetDropsWhatWasWrittenAndNotYetSent) {
+  for (bool reset : {false, true}) {
+    SCOPED_TRACE(reset ? "Reset" : "Close");
+    Pair p = Connect();
+    std::vector<std::byte> data(32 << 20, std::byte{7});
+    Status wrote;
+    std::thread writer([&] { wrote = p.client->WriteAll(data); });
+    uint64_t unsent = 0;
+    for (int i = 0; i < 500 && unsent == 0; ++i) {
+      std::this_thread::sleep_for(10ms);
+      unsent = p.client->BytesUnsent().value_or(0);
+    }
+    ASSERT_GT(unsent, 0u) << "the peer's window never filled";
+    if (reset) {
+      p.client->Reset();
+    } else {
+      p.client->Close();
+    }
+    writer.join();  // woken either way
+    EXPECT_FALSE(wrote.ok());
+    std::vector<std::byte> got(data.size());
+    Status read = p.server->ReadExact(got);
+    ASSERT_FALSE(read.ok());
+    const bool was_reset = read.message().find("reset") != std::string::npos;
+    EXPECT_EQ(was_reset, reset) << read.message();
+  }
+}
+
 TEST(Tcp, RefusedAndTimedOutAreClearErrors) {
   // Find a free port, then close it: nobody listens there.
   uint16_t port;
