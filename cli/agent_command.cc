@@ -17,6 +17,7 @@
 #include "cli/plan_command.h"
 #include "cli/print.h"
 #include "gpumigrate/agent.h"
+#include "gpumigrate/metrics_server.h"
 #include "gpumigrate/units.h"
 #include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
@@ -145,9 +146,27 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags& f) {
   c->add_option("--handshake-timeout", f.handshake_timeout, "How long a connection's TLS handshake may take")
       ->capture_default_str();
   c->add_option("--max-connections", f.max_connections, "Controllers served at once")->capture_default_str();
+  c->add_option("--metrics-listen", f.metrics_listen,
+                "Serve Prometheus metrics at http://ADDR:PORT/metrics (port 0: any free port; off when not given; "
+                "the series: docs/metrics.md)");
+  c->add_option("--metrics-port-file", f.metrics_port_file, "Write the metrics port actually listened on to this file");
+  c->add_flag("--metrics-tls", f.metrics_tls,
+              "Serve /metrics over HTTPS with the agent's certificate, requiring a client certificate the CA signed "
+              "(give Prometheus one: its scrape config's tls_config)");
   AddAgentTlsFlags(c, f.tls);
   return c;
 }
+
+namespace {
+
+void WritePortFile(const std::string& path, int port) {
+  std::ofstream pf(path + ".tmp");
+  pf << port << "\n";
+  pf.close();
+  std::filesystem::rename(path + ".tmp", path);
+}
+
+}  // namespace
 
 int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   std::string text, error;
@@ -181,12 +200,26 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   auto a = agent::Agent::Open(std::move(*config), o, agent::MakeProcessLauncher());
   if (!a.ok()) return Fail("agent", std::string(a.status().message()));
   for (const auto& line : (*a)->Findings()) Print(stderr, "gpumigrate agent: {}\n", line);
-  if (!f.port_file.empty()) {
-    std::ofstream pf(f.port_file + ".tmp");
-    pf << (*listener)->port() << "\n";
-    pf.close();
-    std::filesystem::rename(f.port_file + ".tmp", f.port_file);
+  std::unique_ptr<MetricsServer> metrics;
+  if (!f.metrics_listen.empty()) {
+    MetricsServerOptions mo;
+    mo.listen = f.metrics_listen;
+    if (f.metrics_tls) {
+      mo.ca_file = tls.ca_file;
+      mo.cert_file = tls.cert_file;
+      mo.key_file = tls.key_file;
+    }
+    agent::Agent* served = a->get();
+    auto m = MetricsServer::Start(mo, [served] { return served->Metrics(); });
+    if (!m.ok()) return Fail("agent", fmt::format("--metrics-listen: {}", m.status().message()));
+    metrics = std::move(m).value();
+    if (!f.metrics_port_file.empty()) WritePortFile(f.metrics_port_file, metrics->port());
+    Print(stderr, "gpumigrate agent: metrics at {}://{}:{}/metrics\n", f.metrics_tls ? "https" : "http",
+          ParseHostPort(f.metrics_listen)->host, metrics->port());
+  } else if (f.metrics_tls || !f.metrics_port_file.empty()) {
+    return Fail("agent", "--metrics-tls and --metrics-port-file need --metrics-listen");
   }
+  if (!f.port_file.empty()) WritePortFile(f.port_file, (*listener)->port());
   Print(stderr, "gpumigrate agent: listening on {}\n", o.listen_address);
 
   std::list<std::unique_ptr<Connection>> conns;
@@ -215,6 +248,7 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   }
   for (auto& c : conns) c->Stop();
   conns.clear();
+  metrics.reset();
   Print(stderr, "gpumigrate agent: stopped; migrations in flight run on and are found again at the next start\n");
   return 0;
 }

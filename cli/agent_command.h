@@ -22,6 +22,9 @@ struct AgentFlags {
   std::string port_file;
   std::string handshake_timeout = "5s";
   int max_connections = 32;
+  std::string metrics_listen;     // --metrics-listen: "" = no /metrics
+  std::string metrics_port_file;  // --metrics-port-file
+  bool metrics_tls = false;       // --metrics-tls: HTTPS with the agent's certificates, client certificate required
   AgentTls tls;
 };
 

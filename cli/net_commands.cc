@@ -12,6 +12,7 @@
 #include "cli/gnuplot.h"
 #include "cli/migration_plot.h"
 #include "cli/print.h"
+#include "cli/phase_file.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
 #include "gpumigrate/calibration.h"
@@ -196,8 +197,9 @@ CLI::App* AddMigrateCommand(CLI::App& app, MigrateFlags& f) {
                 "migration runs: the agent paces an evacuation's migrations at their shares of the link this way "
                 "(overrides --bandwidth)");
   c->add_option("--phase-file", f.phase_file,
-                "Keep the session's phase in this file as it changes ({\"phase\": \"round-start\", \"round\": 2}, "
-                "replaced whole): the agent reports it, and an evacuation's controller paces by it");
+                "Keep the session's phase and progress in this file as they change ({\"phase\": \"round-start\", "
+                "\"round\": 2, \"bytes_sent\": ..., \"bytes_per_s\": ...}, replaced whole): the agent reports "
+                "them (status, /metrics), and an evacuation's controller paces by the phase");
   c->add_option("--warmup", f.warmup, "Let the workload run this long before migrating")->capture_default_str();
   c->add_option("--connect-timeout", f.connect_timeout, "How long to try reaching the receiver")->capture_default_str();
   c->add_flag("--dry-run", f.dry_run,
@@ -219,6 +221,9 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
       ->capture_default_str();
   c->add_option("--accept-timeout", f.accept_timeout, "How long to wait for the source")->capture_default_str();
   c->add_option("--port-file", f.port_file, "Write the port actually listened on to this file");
+  c->add_option("--phase-file", f.phase_file,
+                "Keep the session's phase in this file as it changes ({\"phase\": \"round-end\", \"round\": 2}, "
+                "replaced whole): the agent reports it");
   c->add_option("--run-after", f.run_after,
                 "After the switchover, let the workload run this long here, then pause it and self-check its memory")
       ->capture_default_str();
@@ -350,18 +355,16 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   o.session_id = ns->session_id;
   o.aes_key = ns->aes_key;
   ProgressTrace trace;
+  std::optional<PhaseFile> phase_file;
+  if (!f.phase_file.empty()) phase_file.emplace(f.phase_file);
   o.on_progress = [&](const Progress& p) {
     progress.Update(p);
     trace.Add(p);
+    if (phase_file) phase_file->OnProgress(p);
   };
-  std::function<void(Phase, uint32_t)> phase_file;
-  if (!f.phase_file.empty()) {
-    phase_file = [path = f.phase_file](Phase p, uint32_t round) {
-      // Best effort: a phase file that cannot be written leaves the agent the clock.
-      (void)ReplaceFile(path, fmt::format(R"({{"phase": "{}", "round": {}}})", PhaseName(p), round));
-    };
-  }
-  o.on_phase = WithCrashHook(phase_file);
+  std::function<void(Phase, uint32_t)> on_phase;
+  if (phase_file) on_phase = [&phase_file](Phase p, uint32_t round) { phase_file->OnPhase(p, round); };
+  o.on_phase = WithCrashHook(on_phase);
   if (guest != nullptr) guest->WireInto(o);
   std::vector<NetSession> links;
   links.push_back(std::move(ns).value());
@@ -468,9 +471,12 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
                                      std::chrono::duration_cast<std::chrono::milliseconds>(*handshake_timeout), links);
   }
   o.cancel = &cancel;
-  o.on_phase = WithCrashHook([](Phase p, uint32_t round) {
+  std::optional<PhaseFile> phase_file;
+  if (!f.phase_file.empty()) phase_file.emplace(f.phase_file);
+  o.on_phase = WithCrashHook([&phase_file](Phase p, uint32_t round) {
     if (p == Phase::kRoundEnd) Print(stderr, "receive: round {} applied\n", round);
     if (p == Phase::kPreparedSent) Print(stderr, "receive: verified and prepared; waiting for commit\n");
+    if (phase_file) phase_file->OnPhase(p, round);
   });
   MigrationReport r = RunDestination(*dst, links.front().View(), o);
   int rc = ExitCodeFor(r);

@@ -49,6 +49,7 @@ struct ReceiveFlags {
   std::string listen;
   std::string accept_timeout = "300s";
   std::string port_file;
+  std::string phase_file;  // --phase-file: the session's phase, for the agent
   std::string run_after = "500ms";
   std::string handshake_timeout = "10s";
   LivenessFlags live;

@@ -289,7 +289,9 @@ Json Agent::JobJson(const Job& job) const {
     j["progress"] = LastLine(JobPath(job.id, "err"));
     // A migration's session phase, as its process last wrote it ("starting":
     // none yet; absent: unreadable, so the caller keeps what it knew).
-    if (job.kind == "migrate") {
+    // Its progress in numbers (the source's): bytes sent, its rate over the
+    // last second, the current round's bytes (the dirty set) and how far it is.
+    if (job.kind == "migrate" || job.kind == "receive") {
       std::ifstream in(JobPath(job.id, "phase"));
       std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       Json ph = Json::parse(text, nullptr, false);
@@ -298,12 +300,23 @@ Json Agent::JobJson(const Job& job) const {
       } else if (ph.is_object() && ph.contains("phase") && ph["phase"].is_string()) {
         j["session_phase"] = ph["phase"];
         if (ph.contains("round") && ph["round"].is_number_unsigned()) j["round"] = ph["round"];
+        for (const char* key : {"bytes_sent", "bytes_per_s", "round_bytes_total", "round_bytes_done"}) {
+          if (ph.contains(key) && ph[key].is_number()) j[key] = ph[key];
+        }
       }
     }
   } else if (!job.report.is_null()) {
     j["report"] = job.report;
   }
   return j;
+}
+
+std::string Agent::Metrics() {
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  Json jobs = Json::array();
+  for (const auto& j : jobs_) jobs.push_back(JobJson(*j));
+  return RenderAgentMetrics(Inventory(), jobs, NowMs());
 }
 
 void Agent::Poll() {
@@ -619,8 +632,8 @@ Result<Json> Agent::Receive(const Json& req) {
   }
   const std::string port_file = JobPath(jr.id, "port");
   std::vector<std::string> argv = {options_.self_exe, "receive", "--listen", listen, "--port-file", port_file,
-                                   "--device", device, "--accept-timeout", req.value("accept_timeout", "60s"),
-                                   "--json"};
+                                   "--phase-file", JobPath(jr.id, "phase"), "--device", device,
+                                   "--accept-timeout", req.value("accept_timeout", "60s"), "--json"};
   argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
   GM_RETURN_IF_ERROR(LaunchLocked(jr, argv));
   // Wait for it to listen, without holding the agent.

@@ -1,6 +1,7 @@
 #include "engine/planner/fleet.h"
 
 #include <algorithm>
+#include <bit>
 
 #include <fmt/format.h>
 
@@ -107,6 +108,32 @@ void Fleet::Change(const SlotNeed& need, const Slot& slot, int sign) {
 
 void Fleet::Apply(const SlotNeed& need, const Slot& slot) { Change(need, slot, +1); }
 void Fleet::Undo(const SlotNeed& need, const Slot& slot) { Change(need, slot, -1); }
+
+std::vector<GpuOccupancy> HostOccupancy(const Inventory& inv, std::string_view host) {
+  std::vector<GpuOccupancy> out;
+  const Host* h = inv.FindHost(host);
+  if (h == nullptr) return out;
+  const uint32_t hi = static_cast<uint32_t>(h - inv.hosts.data());
+  Fleet fleet(inv, "");
+  for (uint32_t pos = 0; pos < h->gpus.size(); ++pos) {
+    const Gpu& g = h->gpus[pos];
+    const GpuState& st = fleet.gpu(hi, pos);
+    const GpuModel* model = FindGpuModel(g.model);
+    GpuOccupancy o;
+    o.index = g.index;
+    o.mode = g.mode;
+    o.memory_bytes = model ? model->memory_bytes : 0;
+    o.mig_slices = g.mode == GpuMode::kMig && model ? model->mig_slices : 0;
+    o.mig_slices_used = static_cast<uint32_t>(std::popcount(static_cast<unsigned>(st.mask)));
+    o.vgpu_bytes_used = st.vgpu_size * st.vgpus;
+    o.passthrough_used = st.passthrough_used;
+    for (const Vm& vm : inv.vms) {
+      if (vm.host == h->name && std::find(vm.gpus.begin(), vm.gpus.end(), g.index) != vm.gpus.end()) ++o.vms;
+    }
+    out.push_back(o);
+  }
+  return out;
+}
 
 uint32_t Fleet::GroupCount(uint32_t host, const std::string& group) const {
   for (const auto& [name, n] : groups_[host]) {

@@ -99,6 +99,15 @@ Status WriteMessage(Stream& s, const Json& message);
 // length over the limit or a body that is not one JSON object.
 Result<Json> ReadMessage(Stream& s);
 
+// The agent's /metrics page (Prometheus text format) from its `inventory`
+// reply and every job as `status` reports it: the host (VMs, GPUs with their
+// free MIG slices and vGPU room, maintenance, migrations in flight against
+// max_migrations), each running migration in and out (phase, round, bytes
+// sent, rate, dirty set, elapsed), each VM's last measured and predicted stun,
+// and counters over the jobs this agent's state holds (outcomes by direction,
+// resumptions, scrub time, hooks). Every series is named in docs/metrics.md.
+std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t now_unix_ms);
+
 // How the agent starts and watches its children; the real one runs processes,
 // tests may substitute their own.
 class Launcher {
@@ -144,6 +153,8 @@ class Agent {
   // Polls the children (also done by every Handle); `gpumigrate agent` calls it
   // between connections.
   void Poll();
+  // Prometheus text (RenderAgentMetrics) of the host and its jobs now.
+  std::string Metrics();
   // What the restart found (one line each), for the agent's log.
   const std::vector<std::string>& Findings() const { return findings_; }
 

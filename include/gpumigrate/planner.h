@@ -185,4 +185,19 @@ Result<Plan> MakePlan(const Inventory& inventory, const PlanOptions& options);
 
 std::string PlanToJson(const Plan& plan);
 
+// What one GPU of a host holds and could still take, from the inventory's VMs
+// (an agent's /metrics: its free MIG slices and vGPU room).
+struct GpuOccupancy {
+  uint32_t index = 0;
+  GpuMode mode = GpuMode::kMig;
+  uint32_t vms = 0;               // VMs with a slot on it
+  uint32_t mig_slices = 0;        // kMig: the model's slices
+  uint32_t mig_slices_used = 0;   // kMig
+  uint64_t memory_bytes = 0;      // the model's frame buffer
+  uint64_t vgpu_bytes_used = 0;   // kVgpu: vGPUs on it times their size
+  bool passthrough_used = false;  // kPassthrough
+};
+// Every GPU of `host`, in the inventory's order; empty when there is no such host.
+std::vector<GpuOccupancy> HostOccupancy(const Inventory& inventory, std::string_view host);
+
 }  // namespace gpumigrate::planner

@@ -16,7 +16,7 @@ from pathlib import Path
 # seam's interface, the lowest layer that uses it). None: no layer may include it.
 PUBLIC_HEADERS = {
     "status.h": "common", "units.h": "common", "clock.h": "common", "bitmap.h": "common",
-    "stats.h": "common", "rate_file.h": "common",
+    "stats.h": "common", "rate_file.h": "common", "prom_text.h": "common",
     "stream.h": "common",  # the Stream interface; MakePipe, its in-memory pipe, is net's
     "codec.h": "codec",
     "switchover.h": "policy",
@@ -26,6 +26,7 @@ PUBLIC_HEADERS = {
     "session.h": "session", "report.h": "session", "local_migration.h": "session",
     "estimator.h": "estimator", "calibration.h": "estimator", "path_calibration.h": "estimator", "projection.h": "estimator",
     "checkpoint.h": "checkpoint",
+    "metrics_server.h": "net",
     "planner.h": "planner",
     "evacuation_store.h": "evacuation",
     "agent.h": "agent",

@@ -181,6 +181,12 @@ class FakeLauncher : public Launcher {
   FakeChildren* c_;
 };
 
+// The value a child's command line gives `flag` ("" when it has none).
+std::string After(const std::vector<std::string>& argv, const std::string& flag) {
+  auto at = std::find(argv.begin(), argv.end(), flag);
+  return at == argv.end() || at + 1 == argv.end() ? "" : *(at + 1);
+}
+
 void End(FakeChildren& c, size_t index, int rc, const std::string& report) {
   std::ofstream(c.started[index].out) << report;
   std::ofstream(c.started[index].rc) << rc << "\n";
@@ -315,6 +321,67 @@ TEST_F(AgentTest, APacedMigrationFollowsTheRateTheAgentWrites) {
             std::string::npos);
 }
 
+// /metrics: the host's gauges, a running migration's progress as its process
+// writes it, and counters over ended jobs (each line as Prometheus reads it).
+TEST_F(AgentTest, MetricsShowTheHostARunningMigrationAndTheEndedOnes) {
+  auto has = [](const std::string& text, const std::string& line) {
+    return text.find("\n" + line + "\n") != std::string::npos;
+  };
+  std::string m = agent_->Metrics();
+  EXPECT_TRUE(has(m, R"(gpumigrate_host_vms{host="gpu-a"} 2)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_host_max_migrations{host="gpu-a"} 2)")) << m;
+  // GPU 0 (MIG, 8 slices): llm-1's 3g.40gb holds 4, chat-1's 1g.10gb 1. GPU 1: passthrough, free.
+  EXPECT_TRUE(has(m, R"(gpumigrate_gpu_mig_slices_free{host="gpu-a",gpu="0"} 3)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_gpu_passthrough_free{host="gpu-a",gpu="1"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_host_migrations_in_flight{host="gpu-a",direction="out"} 0)")) << m;
+
+  Json r = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  const std::string phase_file = (dir_ / "jobs" / fmt::format("{}.phase", r["job"].get<int64_t>())).string();
+  m = agent_->Metrics();
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_phase{host="gpu-a",vm="llm-1",direction="out",phase="starting"} 1)"))
+      << m;
+  std::ofstream(phase_file) << R"({"phase": "round-start", "round": 1, "bytes_sent": 9000000, "bytes_per_s": 2500000,
+                                   "round_bytes_total": 1048576, "round_bytes_done": 4096})";
+  m = agent_->Metrics();
+  EXPECT_TRUE(has(m, R"(gpumigrate_host_migrations_in_flight{host="gpu-a",direction="out"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_phase{host="gpu-a",vm="llm-1",direction="out",phase="round-start"} 1)"))
+      << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_phase{host="gpu-a",vm="llm-1",direction="out",phase="starting"} 0)"))
+      << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_round{host="gpu-a",vm="llm-1",direction="out"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_sent_bytes_total{host="gpu-a",vm="llm-1",direction="out"} 9000000)"))
+      << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_rate_bytes_per_second{host="gpu-a",vm="llm-1",direction="out"} 2500000)"))
+      << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_dirty_bytes{host="gpu-a",vm="llm-1",direction="out"} 1048576)")) << m;
+  EXPECT_NE(m.find(R"(gpumigrate_migration_elapsed_seconds{host="gpu-a",vm="llm-1",direction="out"} )"),
+            std::string::npos);
+
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": true, "stun_ms": 125, "predicted_stun_ms": 100,
+                           "bytes_sent": 26000000, "resumptions": [{"round": 1}], "scrub_ms": 250})");
+  m = agent_->Metrics();
+  EXPECT_EQ(m.find("gpumigrate_migration_phase{"), std::string::npos) << "an ended migration has no phase";
+  EXPECT_TRUE(has(m, R"(gpumigrate_host_vms{host="gpu-a"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_gpu_mig_slices_free{host="gpu-a",gpu="0"} 7)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_last_stun_seconds{host="gpu-a",vm="llm-1",direction="out"} 0.125)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_last_predicted_stun_seconds{host="gpu-a",vm="llm-1",direction="out"} 0.1)"))
+      << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migrations_total{host="gpu-a",direction="out",outcome="completed"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migrations_total{host="gpu-a",direction="out",outcome="failed"} 0)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_resumptions_total{host="gpu-a"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_scrub_seconds_total{host="gpu-a"} 0.25)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migrated_bytes_total{host="gpu-a"} 26000000)")) << m;
+
+  ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})["ok"]);
+  End(children_, 1, 1, R"({"outcome": "aborted", "error": "max stun"})");
+  m = agent_->Metrics();
+  EXPECT_TRUE(has(m, R"(gpumigrate_migrations_total{host="gpu-a",direction="out",outcome="failed"} 1)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_last_stun_seconds{host="gpu-a",vm="llm-1",direction="out"} 0.125)")) << m;
+  EXPECT_EQ(m.find(R"(gpumigrate_migration_last_stun_seconds{host="gpu-a",vm="chat-1")"), std::string::npos)
+      << "a rolled-back migration has no stun";
+}
+
 TEST_F(AgentTest, ARolledBackMigrationKeepsTheVm) {
   ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
   std::ofstream(children_.started[0].err) << "gpumigrate migrate: aborted: predicted stun 3 s > max stun 2 s\n";
@@ -367,7 +434,7 @@ TEST_F(AgentTest, ReceiveListensAndKeepsTheVmOnlyWhenVerified) {
   ASSERT_GE(argv.size(), 8u);
   EXPECT_EQ(argv[1], "receive");
   EXPECT_EQ(argv[3], "127.0.0.1:0");
-  EXPECT_EQ(argv[7], "sim:size=8MiB");
+  EXPECT_EQ(After(argv, "--device"), "sim:size=8MiB");
   // The slot is taken while it runs: a second VM for the same GPU does not fit.
   in["name"] = "llm-10";
   EXPECT_NE(Error(Call({{"op", "receive"}, {"vm", in}})).find("does not fit"), std::string::npos);
@@ -643,7 +710,7 @@ TEST_F(AgentTest, AProcVmIsReceivedIntoTheProcessItsAdopterStarts) {
   const auto& argv = children_.started[1].argv;
   ASSERT_GE(argv.size(), 8u);
   EXPECT_EQ(argv[1], "receive");
-  EXPECT_EQ(argv[7], "proc:777");  // the process that said it was ready
+  EXPECT_EQ(After(argv, "--device"), "proc:777");  // the process that said it was ready
   EXPECT_EQ(Call({{"op", "status"}})["jobs"][0]["device"], "proc:777");
   End(children_, 1, 0, R"({"outcome": "completed", "verified": true})");
   Json inv = Call({{"op", "inventory"}});
@@ -686,7 +753,7 @@ TEST_F(AgentTest, AnAdopterThatIsNeverReadyFailsTheReceiveWithItsReason) {
   children_.adopter_out = "ready pid=778\n";
   children_.adopter_ends = false;
   ASSERT_TRUE(Call({{"op", "receive"}, {"vm", ProcIncoming()}})["ok"]);
-  EXPECT_EQ(children_.started.back().argv[7], "proc:778");
+  EXPECT_EQ(After(children_.started.back().argv, "--device"), "proc:778");
 }
 
 TEST(ProcessLauncher, WritesTheExitStatusAndForwardsKill) {

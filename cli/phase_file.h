@@ -1,0 +1,38 @@
+// --phase-file: where a migration's process keeps its live state for the agent
+// that started it (the agent reports it in `status` and on /metrics; an
+// evacuation's controller paces by the phase). One JSON object, replaced whole
+// (write, then rename): {"phase", "round"} and, from the source's progress,
+// "bytes_sent", "bytes_per_s" (over the last second), "round_bytes_total" (the
+// dirty set a round considers) and "round_bytes_done". Best effort: a file that
+// cannot be written leaves the agent its clock.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "gpumigrate/session.h"
+
+namespace gpumigrate::cli {
+
+class PhaseFile {
+ public:
+  explicit PhaseFile(std::string path) : path_(std::move(path)) {}
+  void OnPhase(Phase p, uint32_t round);
+  void OnProgress(const Progress& p);
+  std::string Json() const;  // what the file holds now
+
+ private:
+  void Write();
+  std::string path_;
+  mutable std::mutex mu_;
+  std::optional<Phase> phase_;
+  uint32_t round_ = 0;
+  std::optional<Progress> progress_;
+  std::deque<std::pair<double, uint64_t>> window_;  // (elapsed_s, bytes_sent) over the last second
+};
+
+}  // namespace gpumigrate::cli
