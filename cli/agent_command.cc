@@ -148,7 +148,7 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags& f) {
   c->add_option("--max-connections", f.max_connections, "Controllers served at once")->capture_default_str();
   c->add_option("--metrics-listen", f.metrics_listen,
                 "Serve Prometheus metrics at http://ADDR:PORT/metrics (port 0: any free port; off when not given; "
-                "the series: docs/metrics.md)");
+                "the series: README, Metrics)");
   c->add_option("--metrics-port-file", f.metrics_port_file, "Write the metrics port actually listened on to this file");
   c->add_flag("--metrics-tls", f.metrics_tls,
               "Serve /metrics over HTTPS with the agent's certificate, requiring a client certificate the CA signed "

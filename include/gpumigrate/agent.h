@@ -105,7 +105,7 @@ Result<Json> ReadMessage(Stream& s);
 // max_migrations), each running migration in and out (phase, round, bytes
 // sent, rate, dirty set, elapsed), each VM's last measured and predicted stun,
 // and counters over the jobs this agent's state holds (outcomes by direction,
-// resumptions, scrub time, hooks). Every series is named in docs/metrics.md.
+// resumptions, scrub time, hooks). Every series is in the README (Metrics).
 std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t now_unix_ms);
 
 // How the agent starts and watches its children; the real one runs processes,
