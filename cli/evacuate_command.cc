@@ -17,6 +17,7 @@
 #include "cli/plan_command.h"
 #include "cli/plan_print.h"
 #include "cli/print.h"
+#include "gpumigrate/evacuation_events.h"
 #include "gpumigrate/evacuation_store.h"
 #include "gpumigrate/units.h"
 
@@ -40,6 +41,8 @@ struct Running {
   double paced = 0;  // the share its source agent paces it at (bytes/s); 0: not yet, -1: it cannot be paced
   std::string session_phase;  // the migrate session's phase, as the source agent reports it ("": not yet)
   bool phase_reported = false;  // the agent reports session phases at all
+  std::string evented_phase;    // the phase and round last written as an event
+  int64_t evented_round = -1;
 };
 
 
@@ -52,8 +55,9 @@ struct Outcome {
 
 class Evacuation {
  public:
-  Evacuation(const EvacuateFlags& f, Fleet fleet, std::unique_ptr<EvacuationStore> store, const std::atomic<bool>& cancel)
-      : f_(f), fleet_(std::move(fleet)), store_(std::move(store)), cancel_(cancel) {
+  Evacuation(const EvacuateFlags& f, Fleet fleet, std::unique_ptr<EvacuationStore> store, const std::atomic<bool>& cancel,
+             std::unique_ptr<EvacuationEvents> events)
+      : f_(f), fleet_(std::move(fleet)), store_(std::move(store)), cancel_(cancel), events_(std::move(events)) {
     char host[256] = {};
     gethostname(host, sizeof host - 1);
     controller_ = fmt::format("{}:{}", host, getpid());
@@ -113,6 +117,7 @@ class Evacuation {
         if (a.action == planner::Action::kBlocked) Say("  {}: blocked: {}", a.vm, a.reason);
       }
       Say("refused: {}; nothing was moved", plan.reason.empty() ? "the plan is not feasible" : plan.reason);
+      Event("refused", {{"reason", plan.reason.empty() ? "the plan is not feasible" : plan.reason}});
       return Summary(1);
     }
     Take(plan, "");
@@ -130,6 +135,14 @@ class Evacuation {
   int Fail(const Status& s) {
     Print(stderr, "gpumigrate evacuate: {}\n", s.message());
     return 2;
+  }
+
+  // One line of --events (evacuation_events.h has the schema).
+  void Event(std::string_view type, const Json& fields) {
+    if (events_) events_->Emit(type, fields);
+  }
+  void HookEvent(const std::string& vm, const char* hook, const std::string& on, const char* state) {
+    Event("hook", {{"vm", vm}, {"hook", hook}, {"on", on}, {"state", state}});
   }
 
   Status Journal(const std::string& vm, const std::string& action, JournalPhase phase, const std::string& target,
@@ -196,10 +209,16 @@ class Evacuation {
         pending_.push_back(a);
       }
     }
+    Json actions = Json::array();
     for (const auto& a : pending_) {
       Say("  {:<14} {:<18} -> {:<8} predicted stun {}", a.vm, planner::ActionName(a.action), a.to ? a.to->host : "-",
           a.action == planner::Action::kLiveMigrate ? fmt::format("{:.2f} s", a.predicted_stun_ms / 1000.0) : "-");
+      actions.push_back({{"vm", a.vm},
+                         {"action", planner::ActionName(a.action)},
+                         {"target", a.to ? a.to->host : ""},
+                         {"predicted_stun_ms", a.action == planner::Action::kLiveMigrate ? a.predicted_stun_ms : -1}});
     }
+    Event("plan", {{"feasible", plan.feasible}, {"predicted_ms", plan.total_ms}, {"why", why}, {"actions", actions}});
   }
 
   // A migration that needs its link alone is running on one of these hosts.
@@ -302,6 +321,7 @@ class Evacuation {
       if (!reply.ok()) continue;  // asked again next time
       if (reply->value("ok", false)) {
         r.paced = share;
+        Event("paced", {{"vm", r.a.vm}, {"bytes_per_s", std::llround(share)}});
       } else if (reply->value("error", "").find("not started paced") != std::string::npos) {
         r.paced = -1;
       }
@@ -445,6 +465,7 @@ class Evacuation {
         } else {
           r.dst_job = st2->value("job", int64_t{0});
           r.phase = "replica";
+          HookEvent(a.vm, "start-replica", r.target, "started");
         }
       }
     }
@@ -461,6 +482,8 @@ class Evacuation {
       return;
     }
     Say("{}: {} to {} started", a.vm, action, r.target);
+    Event("action-started", {{"vm", a.vm}, {"action", action}, {"target", r.target},
+                             {"predicted_stun_ms", a.action == planner::Action::kLiveMigrate ? a.predicted_stun_ms : -1}});
     running_.push_back(std::move(r));
   }
 
@@ -526,6 +549,8 @@ class Evacuation {
     r.src_job = (*p)["job"].get<int64_t>();
     r.phase = "power-off";
     Say("{}: power-off started", a.vm);
+    Event("action-started", {{"vm", a.vm}, {"action", "power-off"}, {"target", ""}, {"predicted_stun_ms", -1}});
+    HookEvent(a.vm, "power-off", r.source, "started");
     running_.push_back(std::move(r));
   }
 
@@ -593,6 +618,12 @@ class Evacuation {
       if (r.phase == "migrate" && j.contains("session_phase") && j["session_phase"].is_string()) {
         r.session_phase = j["session_phase"].get<std::string>();
         r.phase_reported = true;
+        const int64_t round = j.contains("round") && j["round"].is_number_unsigned() ? j["round"].get<int64_t>() : -1;
+        if (r.session_phase != r.evented_phase || round != r.evented_round) {
+          Event("phase", {{"vm", r.a.vm}, {"phase", r.session_phase}, {"round", round}});
+          r.evented_phase = r.session_phase;
+          r.evented_round = round;
+        }
       }
       const std::string line = j.value("progress", "");
       if (line != r.last_line && now - r.last_print > std::chrono::seconds(1)) {
@@ -612,6 +643,7 @@ class Evacuation {
     if (r.phase == "power-off") {
       const bool ok = state == "completed";
       const std::string d = ok ? fmt::format("powered off by {}'s hook", r.source) : "the power_off hook failed: " + detail;
+      HookEvent(r.a.vm, "power-off", r.source, ok ? "completed" : "failed");
       (void)Journal(r.a.vm, action, ok ? JournalPhase::kCompleted : JournalPhase::kFailed, "", d);
       Finish({r.a.vm, action, "", ok ? "completed" : "left", d}, true);
       return true;
@@ -667,6 +699,7 @@ class Evacuation {
       return true;
     }
     if (r.phase == "replica") {
+      HookEvent(r.a.vm, "start-replica", r.target, state == "completed" ? "completed" : "failed");
       if (state != "completed") {
         const std::string d = fmt::format("the replacement replica did not start on {}: {}", r.target, detail);
         (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, d);
@@ -686,10 +719,12 @@ class Evacuation {
       }
       r.src_job = (*dr)["job"].get<int64_t>();
       r.phase = "drain";
+      HookEvent(r.a.vm, "drain", r.source, "started");
       Say("{}: replacement {} serves on {}; draining {}", r.a.vm, ReplicaName(r.a.vm), r.target, r.a.vm);
       return false;
     }
     // drain
+    HookEvent(r.a.vm, "drain", r.source, state == "completed" ? "completed" : "failed");
     if (state == "completed") {
       const std::string d = fmt::format("replaced by {} on {}, then drained", ReplicaName(r.a.vm), r.target);
       (void)Journal(r.a.vm, action, JournalPhase::kCompleted, r.target, d);
@@ -841,6 +876,13 @@ class Evacuation {
 
   void Finish(Outcome o, bool /*live*/) {
     Say("{}: {}{}{}", o.vm, o.result, o.detail.empty() ? "" : ": ", o.detail);
+    Event("outcome", {{"vm", o.vm},
+                      {"action", o.action},
+                      {"target", o.target},
+                      {"outcome", o.result},
+                      {"detail", o.detail},
+                      {"predicted_stun_ms", o.predicted_stun_ms},
+                      {"measured_stun_ms", o.measured_stun_ms}});
     std::erase_if(done_, [&](const Outcome& x) { return x.vm == o.vm; });
     done_.push_back(std::move(o));
   }
@@ -848,7 +890,8 @@ class Evacuation {
   int Summary(int base) {
     int rc = base;
     Json vms = Json::array();
-    FILE* table = f_.json ? stderr : stdout;  // with --json, stdout holds the JSON alone
+    // With --json or --events -, stdout holds the JSON (or the events) alone.
+    FILE* table = f_.json || f_.events == "-" ? stderr : stdout;
     Print(table, "{:<14} {:<18} {:<8} {:<10} {:>10} {:>10}\n", "vm", "action", "target", "outcome", "pred. stun",
           "stun");
     for (const auto& o : done_) {
@@ -862,6 +905,9 @@ class Evacuation {
       if (o.measured_stun_ms >= 0) v["stun_ms"] = o.measured_stun_ms;
       vms.push_back(v);
     }
+    Json counts = Json::object();
+    for (const auto& o : done_) counts[o.result] = counts.value(o.result, 0) + 1;
+    Event("done", {{"exit", rc}, {"outcomes", counts}});
     if (f_.json) {
       Json out = {{"evacuation", f_.id}, {"host", f_.host}, {"exit_code", rc}, {"vms", vms}};
       Print("{}\n", out.dump(-1, ' ', false, Json::error_handler_t::replace));
@@ -873,6 +919,7 @@ class Evacuation {
   Fleet fleet_;
   std::unique_ptr<EvacuationStore> store_;
   const std::atomic<bool>& cancel_;
+  std::unique_ptr<EvacuationEvents> events_;  // --events; null: none
   std::string controller_;
   std::deque<planner::PlannedAction> pending_;
   std::vector<Running> running_;
@@ -926,6 +973,10 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
   c->add_flag("--yes", f.yes, "Do not ask for confirmation of a plan made now");
   c->add_flag("--allow-power-off", f.allow_power_off, "Let the plan power off VMs that cannot move (an operator does it)");
   c->add_flag("--json", f.json, "Print the outcome as one JSON object on stdout");
+  c->add_option("--events", f.events,
+                "Write every state change as one JSON object per line to FILE (appended to), or to stdout with -: "
+                "plan, action-started, phase, paced, hook, outcome, done, each with \"v\": 1 (the schema: "
+                "include/gpumigrate/evacuation_events.h)");
   AddAgentTlsFlags(c, f.tls);
   return c;
 }
@@ -947,6 +998,10 @@ int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
   if (f.id.empty()) f.id = "evacuate-" + f.host;
   if (!f.dry_run && f.store.empty() == f.etcd.empty()) {
     Print(stderr, "gpumigrate evacuate: name one state store: --store DIR or --etcd http://HOST:PORT\n");
+    return 2;
+  }
+  if (f.events == "-" && f.json) {
+    Print(stderr, "gpumigrate evacuate: --events - and --json both want stdout: give --events a file\n");
     return 2;
   }
   auto poll = ParseDuration(f.poll);
@@ -1001,7 +1056,7 @@ int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
     // A plan made now is shown and confirmed first; nothing moves before.
     auto p = PlanNow(*fleet, f);
     if (!p.ok()) return 2;
-    PrintPlan(stdout, *p);
+    PrintPlan(f.events == "-" ? stderr : stdout, *p);
     if (!p->feasible) {
       Print(stderr, "gpumigrate evacuate: the plan is not feasible ({}); nothing was moved\n", p->reason);
       return 1;
@@ -1014,7 +1069,16 @@ int RunEvacuate(const EvacuateFlags& flags, const std::atomic<bool>& cancel) {
     }
     given = *p;
   }
-  Evacuation e(f, std::move(*fleet), std::move(*store), cancel);
+  std::unique_ptr<EvacuationEvents> events;
+  if (!f.events.empty()) {
+    auto ev = EvacuationEvents::Open(f.events, f.id, f.host);
+    if (!ev.ok()) {
+      Print(stderr, "gpumigrate evacuate: {}\n", ev.status().message());
+      return 2;
+    }
+    events = std::move(ev).value();
+  }
+  Evacuation e(f, std::move(*fleet), std::move(*store), cancel, std::move(events));
   e.SetTimes(std::chrono::duration_cast<std::chrono::milliseconds>(*poll),
              std::chrono::duration_cast<std::chrono::milliseconds>(*at));
   return e.Run(given);

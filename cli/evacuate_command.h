@@ -31,6 +31,7 @@ struct EvacuateFlags {
   std::string poll = "100ms";
   std::string agent_timeout = "20s";
   std::string bandwidth;
+  std::string events;         // --events FILE|-: one JSON object per state change
   std::string resume_window;  // passed to every migrate (a slower link, for demos and tests)
   bool yes = false;
   bool dry_run = false;

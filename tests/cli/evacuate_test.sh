@@ -100,9 +100,20 @@ evacuate() {  # evacuate ARGS...: output in $tmp/evac.out/.err
 # 1. No target can take the load: refused, nothing moved.
 call "$port_gpu_b" maintenance '{"enter": true}'
 call "$port_gpu_c" maintenance '{"enter": true}'
-evacuate --yes --id infeasible
+evacuate --yes --id infeasible --events "$tmp/events.jsonl"
 check "an infeasible evacuation is refused" 1 $?
 contains "saying why" "$tmp/evac.err" "refused:"
+python3 -c "import json,sys
+ev = [json.loads(l) for l in open(sys.argv[1])]
+assert [e['event'] for e in ev] == ['refused', 'done'], ev
+assert ev[0]['v'] == 1 and ev[0]['reason'] and ev[1]['exit'] == 1 and ev[1]['evacuation'] == 'infeasible', ev" \
+  "$tmp/events.jsonl" && echo "ok: its events say refused, then done with exit 1" || { echo "FAIL: events"; cat "$tmp/events.jsonl"; fail=1; }
+evacuate --yes --id infeasible --events - --json
+check "--events - with --json is a usage error" 2 $?
+contains "saying why" "$tmp/evac.err" "both want stdout"
+evacuate --yes --id infeasible --events /nonexistent/dir/events
+check "an events file that cannot be opened is a usage error" 2 $?
+contains "naming it" "$tmp/evac.err" "/nonexistent/dir/events"
 [ "$(vms_on "$port_gpu_a")" = "chat-1 llm-1 llm-2" ] && echo "ok: nothing moved" || { echo "FAIL: gpu-a now holds $(vms_on "$port_gpu_a")"; fail=1; }
 call "$port_gpu_b" maintenance '{"enter": false}'
 call "$port_gpu_c" maintenance '{"enter": false}'
