@@ -24,6 +24,7 @@
 #include "cli/plan_command.h"
 #include "cli/print.h"
 #include "cli/proc_commands.h"
+#include "cli/status_command.h"
 
 using gpumigrate::cli::Print;
 
@@ -118,6 +119,8 @@ int main(int argc, char** argv) {
 
   gpumigrate::cli::EvacuateFlags evacuate;
   CLI::App* evacuate_cmd = gpumigrate::cli::AddEvacuateCommand(app, evacuate);
+  gpumigrate::cli::StatusFlags status;
+  CLI::App* status_cmd = gpumigrate::cli::AddStatusCommand(app, status);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -158,6 +161,7 @@ int main(int argc, char** argv) {
   if (*cuda_cmd) return gpumigrate::cli::RunCuda(cuda);
   if (*agent_cmd) return gpumigrate::cli::RunAgent(agent, g_cancel);
   if (*agent_call_cmd) return gpumigrate::cli::RunAgentCall(agent_call);
+  if (*status_cmd) return gpumigrate::cli::RunStatus(status, g_cancel);
   if (*evacuate_cmd) return gpumigrate::cli::RunEvacuate(evacuate, g_cancel);
   return 2;
 }

@@ -46,6 +46,7 @@ import json
 import os
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -483,6 +484,61 @@ def race(binary):
                 etcd.wait()
 
 
+def status_watch(binary):
+    print("-- 8. `gpumigrate status --watch` follows a running evacuation from another terminal (tmux)", flush=True)
+    sim = "sim:size=12MiB,static=0.9,hot=1MiB,kv_rate=1MiB/s"  # about 8 s at 2 MB/s
+    hosts = {"gpu-a": {"gpus": mig_gpus("mig"), "vms": [vm("llm-8", sim, "1g.10gb", 0)]},
+             "gpu-b": {"gpus": mig_gpus("mig")}}
+    tmux = shutil.which("tmux")
+    if not check("tmux is installed (scripts/bootstrap)", tmux is not None):
+        return
+    with Fleet(binary, hosts) as f:
+        sock = f"{f.tmp}/tmux.sock"
+        env = dict(f.env or os.environ, TERM="xterm")
+        store = f"{f.tmp}/store"
+        w = Watch(f, f.evacuate_argv("gpu-a", "--yes", "--id", "evac-w", "--store", store, "--poll", "100ms",
+                                     "--bandwidth", "2MB/s"))
+        t, _ = w.wait_for(r"llm-8: live-migrate to gpu-b started", 60)
+        if not check("the evacuation started", t is not None, w.text()):
+            w.finish(10)
+            return
+        status = [binary, "status", "--watch", "--interval", "300ms", "--store", store, "--id", "evac-w",
+                  "--inventory", f.inventory, *f.ctl_tls()]
+        try:
+            r = f.run_ctl([tmux, "-S", sock, "new-session", "-d", "-x", "200", "-y", "30", shlex.join(status)],
+                          env=env, timeout=10)
+            check("tmux runs `gpumigrate status --watch` in the controller's namespace", r.returncode == 0, r.stderr)
+
+            def capture():
+                c = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], capture_output=True, text=True, timeout=10)
+                return c.stdout
+
+            screen, deadline = "", time.monotonic() + 20
+            while time.monotonic() < deadline:
+                screen = capture()
+                if re.search(r"llm-8 +live-migrate +gpu-b +started .*round-.* MB/s", screen):
+                    break
+                time.sleep(0.2)
+            check("its screen shows llm-8 started, its round and rate from gpu-a's agent",
+                  re.search(r"llm-8 +live-migrate +gpu-b +started +1 +round-\S+ r\d+ [0-9.]+ \S+ [0-9.]+ MB/s", screen)
+                  is not None, screen + "\ngpu-a's jobs: " + json.dumps(f.call("gpu-a", "status").get("jobs"))[:1500])
+            check("under a header that says how it refreshes", "gpumigrate status" in screen and "Ctrl-C" in screen,
+                  screen)
+            rc = w.finish(120)
+            check("the evacuation completed", rc == 0, w.text()[-2000:])
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                screen = capture()
+                if re.search(r"llm-8 +live-migrate +gpu-b +completed", screen):
+                    break
+                time.sleep(0.2)
+            check("and the redrawn screen shows it completed, with its stun",
+                  re.search(r"llm-8 +live-migrate +gpu-b +completed +1 +stun [0-9.]+ ms", screen) is not None, screen)
+            check("redrawn in place: one header on the screen", screen.count("gpumigrate status") == 1, screen)
+        finally:
+            subprocess.run([tmux, "-S", sock, "kill-server"], capture_output=True, timeout=10)
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         print(__doc__[__doc__.index("Usage:"):].strip(), file=sys.stderr)
@@ -497,7 +553,8 @@ def main():
     os.environ.setdefault("GPUMIGRATE_CALIBRATION", f"/tmp/gm-evacuation-test-{os.getpid()}-calibration.json")
     t0 = time.monotonic()
     try:
-        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race, budget, slow_link)
+        scenarios = (collapse, controller_killed, refusals_and_target_killed, proc_vm, race, budget, slow_link,
+                     status_watch)
         # GM_CLUSTER_SCENARIOS=name,name runs only those.
         only = [n for n in os.environ.get("GM_CLUSTER_SCENARIOS", "").split(",") if n]
         unknown = set(only) - {f.__name__ for f in scenarios}
