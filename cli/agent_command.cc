@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "cli/agent_client.h"
+#include "cli/agent_log.h"
 #include "cli/plan_command.h"
 #include "cli/print.h"
 #include "gpumigrate/agent.h"
@@ -197,9 +198,11 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   o.listen_address = fmt::format("{}:{}", reported.find(':') != std::string::npos ? "[" + reported + "]" : reported,
                                  (*listener)->port());
   o.child_tls_args = {"--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file};
+  AgentLog log;
+  o.on_job_event = [&log](const agent::Json& e) { log.JobEvent(e); };
   auto a = agent::Agent::Open(std::move(*config), o, agent::MakeProcessLauncher());
   if (!a.ok()) return Fail("agent", std::string(a.status().message()));
-  for (const auto& line : (*a)->Findings()) Print(stderr, "gpumigrate agent: {}\n", line);
+  for (const auto& line : (*a)->Findings()) log.Line(5, line);
   std::unique_ptr<MetricsServer> metrics;
   if (!f.metrics_listen.empty()) {
     MetricsServerOptions mo;
@@ -220,7 +223,7 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
     return Fail("agent", "--metrics-tls and --metrics-port-file need --metrics-listen");
   }
   if (!f.port_file.empty()) WritePortFile(f.port_file, (*listener)->port());
-  Print(stderr, "gpumigrate agent: listening on {}\n", o.listen_address);
+  log.Line(6, fmt::format("listening on {}{}", o.listen_address, log.to_journal() ? " (logging to the journal)" : ""));
 
   std::list<std::unique_ptr<Connection>> conns;
   const auto hs = std::chrono::duration_cast<std::chrono::milliseconds>(*handshake);

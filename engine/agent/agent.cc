@@ -44,6 +44,7 @@ struct Agent::Job {
   int64_t started_unix_ms = 0, ended_unix_ms = 0;
   Json report;        // the child's --json report, once it ended
   std::string cancel_reason;  // set by a cancel request; leads the detail once it ended
+  std::string logged_phase;   // the session phase last told to on_job_event (not saved)
 };
 
 namespace {
@@ -329,6 +330,16 @@ void Agent::PollLocked() {
   bool changed = false;
   for (auto& job : jobs_) {
     if (job->state != "running" || job->pid == 0) continue;  // pid 0: being started, or lost at Load
+    if (options_.on_job_event && (job->kind == "migrate" || job->kind == "receive")) {
+      std::ifstream pf(JobPath(job->id, "phase"));
+      Json ph = Json::parse(pf, nullptr, false);
+      if (ph.is_object() && ph.contains("phase") && ph["phase"].is_string() && ph["phase"] != job->logged_phase) {
+        job->logged_phase = ph["phase"].get<std::string>();
+        const int64_t round = ph.contains("round") && ph["round"].is_number() ? ph["round"].get<int64_t>() : 0;
+        JobEvent(*job, job->logged_phase,
+                 fmt::format("job {} ({} {}): {}, round {}", job->id, job->kind, job->vm, job->logged_phase, round));
+      }
+    }
     std::ifstream rc(JobPath(job->id, "rc"));
     int code = 0;
     if (rc >> code) {
@@ -428,6 +439,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
     }
   }
   if (!job.cancel_reason.empty()) job.detail = fmt::format("{}; {}", job.cancel_reason, job.detail);
+  JobEvent(job, job.state, fmt::format("job {} ({} {}): {}: {}", job.id, job.kind, job.vm, job.state, job.detail));
 }
 
 Json Agent::Inventory() const {
@@ -525,7 +537,13 @@ Status Agent::LaunchLocked(Job& j, const std::vector<std::string>& argv) {
   }
   j.pid = started->id;
   j.token = started->token;
+  JobEvent(j, "started", fmt::format("job {}: {} {}{} started", j.id, j.kind, j.vm, j.to.empty() ? "" : " to " + j.to));
   return Save();
+}
+
+void Agent::JobEvent(const Job& j, const std::string& phase, const std::string& message) {
+  if (!options_.on_job_event) return;
+  options_.on_job_event({{"job", j.id}, {"kind", j.kind}, {"vm", j.vm}, {"phase", phase}, {"message", message}});
 }
 
 // Starts the adopter NAME for a receive job recorded (pid 0) and waits, without

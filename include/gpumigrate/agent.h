@@ -21,6 +21,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -138,6 +139,12 @@ struct AgentOptions {
   std::string listen_address;   // where controllers reach this agent (reported in the inventory)
   std::vector<std::string> child_tls_args;  // --tls-ca ... passed to every child
   std::chrono::milliseconds port_wait{10000};  // how long a receiving child may take to listen
+  // Told of every job's life, under the agent's lock (keep it short): started,
+  // each session phase its process reports (seen at the agent's polls), and
+  // its end. {"job", "kind", "vm", "phase" (started, a session phase, or the
+  // end state: completed, failed, in-doubt, lost), "message"}. The agent
+  // command logs it (to journald with structured fields when run by systemd).
+  std::function<void(const Json& event)> on_job_event;
 };
 
 class Agent {
@@ -165,6 +172,7 @@ class Agent {
   Status Save();
   void PollLocked();
   void Finish(Job& job, std::optional<int> rc);
+  void JobEvent(const Job& job, const std::string& phase, const std::string& message);
   Json JobJson(const Job& job) const;
   Json Inventory() const;
   Result<Json> Receive(const Json& req);

@@ -215,6 +215,7 @@ class AgentTest : public ::testing::Test {
     o.listen_address = "127.0.0.1:7070";
     o.child_tls_args = {"--tls-ca", "ca.pem"};
     o.port_wait = std::chrono::milliseconds(300);
+    o.on_job_event = [this](const Json& e) { events_.push_back(e); };
     auto a = Agent::Open(std::move(*cfg), o, std::make_unique<FakeLauncher>(&children_));
     ASSERT_TRUE(a.ok()) << a.status().message();
     agent_ = std::move(*a);
@@ -232,6 +233,7 @@ class AgentTest : public ::testing::Test {
   }
 
   fs::path dir_;
+  std::vector<Json> events_;  // on_job_event's
   FakeChildren children_;
   std::unique_ptr<Agent> agent_;
 };
@@ -380,6 +382,33 @@ TEST_F(AgentTest, MetricsShowTheHostARunningMigrationAndTheEndedOnes) {
   EXPECT_TRUE(has(m, R"(gpumigrate_migration_last_stun_seconds{host="gpu-a",vm="llm-1",direction="out"} 0.125)")) << m;
   EXPECT_EQ(m.find(R"(gpumigrate_migration_last_stun_seconds{host="gpu-a",vm="chat-1")"), std::string::npos)
       << "a rolled-back migration has no stun";
+}
+
+// What the agent command logs (to journald under systemd): a job's start, each
+// session phase its process reports, seen once at a poll, and its end.
+TEST_F(AgentTest, JobEventsTellStartEachPhaseOnceAndTheEnd) {
+  Json r = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}});
+  ASSERT_TRUE(r["ok"]) << r.dump();
+  const std::string phase_file = (dir_ / "jobs" / fmt::format("{}.phase", r["job"].get<int64_t>())).string();
+  std::ofstream(phase_file) << R"({"phase": "round-start", "round": 0})";
+  agent_->Poll();
+  agent_->Poll();  // the same phase again: not told twice
+  std::ofstream(phase_file) << R"({"phase": "round-start", "round": 0, "bytes_sent": 5})";
+  agent_->Poll();
+  std::ofstream(phase_file) << R"({"phase": "switchover", "round": 3})";
+  agent_->Poll();
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": true})");
+  agent_->Poll();
+  std::vector<std::string> phases;
+  for (const auto& e : events_) {
+    EXPECT_EQ(e["vm"], "llm-1");
+    EXPECT_EQ(e["kind"], "migrate");
+    EXPECT_EQ(e["job"], r["job"]);
+    phases.push_back(e["phase"]);
+  }
+  EXPECT_EQ(phases, (std::vector<std::string>{"started", "round-start", "switchover", "completed"}));
+  EXPECT_EQ(events_.back()["message"], "job 1 (migrate llm-1): completed: llm-1 runs at h:1 now");
+  EXPECT_EQ(events_[2]["message"], "job 1 (migrate llm-1): switchover, round 3");
 }
 
 TEST_F(AgentTest, ARolledBackMigrationKeepsTheVm) {
