@@ -472,7 +472,10 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   }
   o.cancel = &cancel;
   std::optional<PhaseFile> phase_file;
-  if (!f.phase_file.empty()) phase_file.emplace(f.phase_file);
+  if (!f.phase_file.empty()) {
+    phase_file.emplace(f.phase_file, /*applied=*/true);
+    o.on_progress = [&phase_file](const Progress& p) { phase_file->OnProgress(p); };
+  }
   o.on_phase = WithCrashHook([&phase_file](Phase p, uint32_t round) {
     if (p == Phase::kRoundEnd) Print(stderr, "receive: round {} applied\n", round);
     if (p == Phase::kPreparedSent) Print(stderr, "receive: verified and prepared; waiting for commit\n");

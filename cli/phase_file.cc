@@ -38,9 +38,13 @@ std::string PhaseFile::Json() const {
       rate = static_cast<double>(window_.back().second - window_.front().second) /
              (window_.back().first - window_.front().first);
     }
-    s += fmt::format(R"(, "bytes_sent": {}, "bytes_per_s": {}, "round_bytes_total": {}, "round_bytes_done": {})",
-                     progress_->bytes_sent, std::llround(rate), progress_->round_bytes_total,
-                     progress_->round_bytes_done);
+    if (applied_) {
+      s += fmt::format(R"(, "bytes_applied": {}, "bytes_per_s": {})", progress_->bytes_sent, std::llround(rate));
+    } else {
+      s += fmt::format(R"(, "bytes_sent": {}, "bytes_per_s": {}, "round_bytes_total": {}, "round_bytes_done": {})",
+                       progress_->bytes_sent, std::llround(rate), progress_->round_bytes_total,
+                       progress_->round_bytes_done);
+    }
   }
   return s + "}";
 }

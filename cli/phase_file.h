@@ -3,7 +3,8 @@
 // evacuation's controller paces by the phase). One JSON object, replaced whole
 // (write, then rename): {"phase", "round"} and, from the source's progress,
 // "bytes_sent", "bytes_per_s" (over the last second), "round_bytes_total" (the
-// dirty set a round considers) and "round_bytes_done". Best effort: a file that
+// dirty set a round considers) and "round_bytes_done"; from the destination's,
+// "bytes_applied" and "bytes_per_s". Best effort: a file that
 // cannot be written leaves the agent its clock.
 #pragma once
 
@@ -20,7 +21,9 @@ namespace gpumigrate::cli {
 
 class PhaseFile {
  public:
-  explicit PhaseFile(std::string path) : path_(std::move(path)) {}
+  // applied: the destination's file, whose progress counts bytes applied
+  // ("bytes_applied", its rate "bytes_per_s") rather than sent.
+  explicit PhaseFile(std::string path, bool applied = false) : path_(std::move(path)), applied_(applied) {}
   void OnPhase(Phase p, uint32_t round);
   void OnProgress(const Progress& p);
   std::string Json() const;  // what the file holds now
@@ -28,6 +31,7 @@ class PhaseFile {
  private:
   void Write();
   std::string path_;
+  bool applied_;
   mutable std::mutex mu_;
   std::optional<Phase> phase_;
   uint32_t round_ = 0;

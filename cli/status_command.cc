@@ -44,8 +44,8 @@ std::string Cut(std::string s, size_t n) {
 std::string Progress(const Json& job) {
   std::string s = job.value("session_phase", "");
   if (job.contains("round")) s += fmt::format(" r{}", job["round"].get<int64_t>());
-  if (job.contains("bytes_sent") && job["bytes_sent"].is_number()) {
-    s += " " + FormatBytes(job["bytes_sent"].get<double>());
+  for (const char* key : {"bytes_sent", "bytes_applied"}) {  // the source's, the destination's
+    if (job.contains(key) && job[key].is_number()) s += " " + FormatBytes(job[key].get<double>());
   }
   if (job.contains("bytes_per_s") && job["bytes_per_s"].is_number()) {
     s += fmt::format(" {:.1f} MB/s", job["bytes_per_s"].get<double>() / 1e6);

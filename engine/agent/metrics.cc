@@ -119,8 +119,11 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
               [](const Json& j) { return j.contains("round") ? Opt(Num(j, "round")) : std::nullopt; });
   per_running("gpumigrate_migration_sent_bytes_total", "counter", "Bytes a running migration has sent (the source's)",
               [](const Json& j) { return j.contains("bytes_sent") ? Opt(Num(j, "bytes_sent")) : std::nullopt; });
+  per_running("gpumigrate_migration_applied_bytes_total", "counter",
+              "Bytes a running incoming migration has applied to the device here (the destination's)",
+              [](const Json& j) { return j.contains("bytes_applied") ? Opt(Num(j, "bytes_applied")) : std::nullopt; });
   per_running("gpumigrate_migration_rate_bytes_per_second", "gauge",
-              "A running migration's send rate over its last second (the source's)",
+              "A running migration's rate over its last second: sent (out), applied (in)",
               [](const Json& j) { return j.contains("bytes_per_s") ? Opt(Num(j, "bytes_per_s")) : std::nullopt; });
   per_running("gpumigrate_migration_dirty_bytes", "gauge",
               "Bytes the current round must consider: the dirty set (round 0: the whole device)",

@@ -51,6 +51,7 @@ class Destination {
   Status Apply(const wire::FrameHeader& h, std::span<const std::byte> payload);
   Result<v1::Envelope> Next(const char* what);
   void EnterPhase(Phase p, uint32_t round) {
+    phase_ = p;
     if (live_) live_->Doing(fmt::format("{} (round {})", PhaseName(p), round));
     if (opt_.on_phase) opt_.on_phase(p, round);
   }
@@ -99,6 +100,7 @@ class Destination {
   std::unique_ptr<ControlReader> reader_;
   std::unique_ptr<FrameReceiver> receiver_;
   std::atomic<uint64_t> work_{0};   // bytes applied: the progress our keepalives report
+  Phase phase_ = Phase::kHandshake;  // the last EnterPhase's, for on_progress
   std::unique_ptr<Liveness> live_;
   MigrationReport report_;
   Clock::TimePoint t0_;
@@ -116,8 +118,17 @@ Result<v1::Envelope> Destination::Next(const char* what) {
   // The deadline is for silence: frames arriving on data streams count as activity.
   auto last_activity = clock_.Now();
   uint64_t last_frames = FramesTotal();
+  const auto slice = opt_.on_progress ? std::chrono::milliseconds(250) : std::chrono::milliseconds(1000);
   while (true) {
-    auto r = box_->Next(clock_.Now() + std::chrono::seconds(1), opt_.cancel, what);
+    auto r = box_->Next(clock_.Now() + slice, opt_.cancel, what);
+    if (opt_.on_progress) {
+      Progress p;
+      p.phase = phase_;
+      p.round = rounds_;
+      p.bytes_sent = work_.load();  // applied
+      p.elapsed_s = MsBetween(t0_, clock_.Now()) / 1e3;
+      opt_.on_progress(p);
+    }
     if (r.ok() || r.status().code() != StatusCode::kDeadlineExceeded) return r;
     if (!box_->failure().ok()) return r;  // the watchdog's verdict, not the end of a slice
     uint64_t f = FramesTotal();

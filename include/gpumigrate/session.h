@@ -192,6 +192,9 @@ struct DestinationOptions {
   std::optional<std::array<std::byte, 32>> aes_key;
   const std::atomic<bool>* cancel = nullptr;
   std::function<void(Phase, uint32_t round)> on_phase;
+  // The destination's progress, about 4 times a second while it waits for the
+  // source: Progress::bytes_sent holds the bytes applied to the device so far.
+  std::function<void(const Progress&)> on_progress;
   Clock* clock = nullptr;                            // nullptr: SystemClock(). Borrowed
   // Resumable pre-copy: set, and the source's Hello lists `resume`: when the
   // connection breaks before Prepare, the device stays RESUMING with what it

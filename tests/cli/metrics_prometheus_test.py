@@ -232,6 +232,9 @@ scrape_configs:
         inflight = wait_value(prom, 'gpumigrate_host_migrations_in_flight{host="gpu-b",direction="in"}',
                               lambda x: x == 1, 10)
         check("gpu-b's receive in flight, scraped over HTTPS", inflight == 1, f"{inflight}")
+        applied = wait_value(prom, 'gpumigrate_migration_applied_bytes_total{host="gpu-b",vm="llm-1",direction="in"}',
+                             lambda x: x > 1e6, 20)
+        check("and the bytes it has applied there", applied is not None and applied > 1e6, f"{applied}")
 
         # After: the outcome counter and the measured stun.
         deadline = time.monotonic() + 90

@@ -360,6 +360,18 @@ TEST_F(AgentTest, MetricsShowTheHostARunningMigrationAndTheEndedOnes) {
   EXPECT_NE(m.find(R"(gpumigrate_migration_elapsed_seconds{host="gpu-a",vm="llm-1",direction="out"} )"),
             std::string::npos);
 
+  // A receive's file counts bytes applied.
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  Json rr = Call({{"op", "receive"}, {"vm", in}});
+  ASSERT_TRUE(rr["ok"]) << rr.dump();
+  std::ofstream((dir_ / "jobs" / fmt::format("{}.phase", rr["job"].get<int64_t>())).string())
+      << R"({"phase": "round-end", "round": 0, "bytes_applied": 7000000, "bytes_per_s": 2000000})";
+  m = agent_->Metrics();
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_applied_bytes_total{host="gpu-a",vm="llm-9",direction="in"} 7000000)"))
+      << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_host_migrations_in_flight{host="gpu-a",direction="in"} 1)")) << m;
+  End(children_, 1, 1, "{}");
   End(children_, 0, 0, R"({"outcome": "completed", "verified": true, "stun_ms": 125, "predicted_stun_ms": 100,
                            "bytes_sent": 26000000, "resumptions": [{"round": 1}], "scrub_ms": 250})");
   m = agent_->Metrics();
@@ -376,7 +388,7 @@ TEST_F(AgentTest, MetricsShowTheHostARunningMigrationAndTheEndedOnes) {
   EXPECT_TRUE(has(m, R"(gpumigrate_migrated_bytes_total{host="gpu-a"} 26000000)")) << m;
 
   ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})["ok"]);
-  End(children_, 1, 1, R"({"outcome": "aborted", "error": "max stun"})");
+  End(children_, 2, 1, R"({"outcome": "aborted", "error": "max stun"})");
   m = agent_->Metrics();
   EXPECT_TRUE(has(m, R"(gpumigrate_migrations_total{host="gpu-a",direction="out",outcome="failed"} 1)")) << m;
   EXPECT_TRUE(has(m, R"(gpumigrate_migration_last_stun_seconds{host="gpu-a",vm="llm-1",direction="out"} 0.125)")) << m;

@@ -54,5 +54,26 @@ TEST(PhaseFile, KeepsThePhaseAndTheRateOverTheLastSecond) {
   std::filesystem::remove(path);
 }
 
+// The destination's file counts bytes applied, not sent.
+TEST(PhaseFile, TheDestinationsCountsBytesApplied) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("gm-phase-in-" + std::to_string(getpid()))).string();
+  PhaseFile f(path, /*applied=*/true);
+  f.OnPhase(Phase::kRoundEnd, 1);
+  Progress p;
+  p.elapsed_s = 1;
+  p.bytes_sent = 1000;
+  f.OnProgress(p);
+  p.elapsed_s = 2;
+  p.bytes_sent = 3000;
+  f.OnProgress(p);
+  auto j = Read(path);
+  EXPECT_EQ(j["phase"], "round-end");
+  EXPECT_EQ(j["bytes_applied"], 3000u);
+  EXPECT_EQ(j["bytes_per_s"], 2000);
+  EXPECT_FALSE(j.contains("bytes_sent"));
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 }  // namespace gpumigrate::cli
