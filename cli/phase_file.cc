@@ -44,6 +44,9 @@ std::string PhaseFile::Json() const {
       s += fmt::format(R"(, "bytes_sent": {}, "bytes_per_s": {}, "round_bytes_total": {}, "round_bytes_done": {})",
                        progress_->bytes_sent, std::llround(rate), progress_->round_bytes_total,
                        progress_->round_bytes_done);
+      if (progress_->predicted_stun_ms >= 0) {
+        s += fmt::format(R"(, "predicted_stun_ms": {:.3f})", progress_->predicted_stun_ms);
+      }
     }
   }
   return s + "}";

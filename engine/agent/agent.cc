@@ -301,7 +301,8 @@ Json Agent::JobJson(const Job& job) const {
       } else if (ph.is_object() && ph.contains("phase") && ph["phase"].is_string()) {
         j["session_phase"] = ph["phase"];
         if (ph.contains("round") && ph["round"].is_number_unsigned()) j["round"] = ph["round"];
-        for (const char* key : {"bytes_sent", "bytes_applied", "bytes_per_s", "round_bytes_total", "round_bytes_done"}) {
+        for (const char* key : {"bytes_sent", "bytes_applied", "bytes_per_s", "round_bytes_total", "round_bytes_done",
+                                "predicted_stun_ms"}) {
           if (ph.contains(key) && ph[key].is_number()) j[key] = ph[key];
         }
       }

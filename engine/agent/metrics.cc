@@ -128,6 +128,11 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
   per_running("gpumigrate_migration_dirty_bytes", "gauge",
               "Bytes the current round must consider: the dirty set (round 0: the whole device)",
               [](const Json& j) { return j.contains("round_bytes_total") ? Opt(Num(j, "round_bytes_total")) : std::nullopt; });
+  per_running("gpumigrate_migration_predicted_stun_seconds", "gauge",
+              "The stun the source predicted at its last round's end, were it to switch over then",
+              [](const Json& j) {
+                return j.contains("predicted_stun_ms") ? Opt(Num(j, "predicted_stun_ms") / 1000) : std::nullopt;
+              });
   per_running("gpumigrate_migration_elapsed_seconds", "gauge", "Seconds since the running migration's job started",
               [now_unix_ms](const Json& j) {
                 const double started = Num(j, "started_unix_ms");

@@ -137,6 +137,7 @@ void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t do
   pr.round_bytes_done = done;
   pr.bytes_sent = BytesSent();
   pr.elapsed_s = MsBetween(t0_, now) / 1e3;
+  if (decided_) pr.predicted_stun_ms = decision_.predicted_stun_ms;
   opt_.on_progress(pr);
 }
 
@@ -659,6 +660,7 @@ Status Source::PreCopy() {
       report_.bandwidth_bytes_per_s = *watch_.rate();
     }
     GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size()) - held));
+    decided_ = true;
     if (decision_.decision == Decision::kContinue && opt_.max_total.count() > 0) {
       // The time budget at a round boundary too: the next round (the dirty set,
       // at the last round's wire bytes per page byte) and the smallest final

@@ -162,6 +162,7 @@ class Source {
   uint64_t round_sent_before_ = 0;
   StepAt at_;                 // where the migration stands: a failure is reported here
   PolicyResult decision_;     // the switchover rule's last answer
+  bool decided_ = false;      // a round has ended and the rule answered (decision_ holds it)
   uint32_t final_round_ = 0;
   MigrationReport report_;
   Clock::TimePoint t0_;

@@ -71,6 +71,9 @@ struct Progress {
   uint64_t round_bytes_done = 0;
   uint64_t bytes_sent = 0;         // whole session so far
   double elapsed_s = 0;
+  // The stun the switchover rule predicted at the last round's end, were the
+  // source to switch over then (-1: no round has ended yet). Source only.
+  double predicted_stun_ms = -1;
 };
 
 // What becomes of the source device once a session has completed (the

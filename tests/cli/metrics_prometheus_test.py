@@ -235,6 +235,10 @@ scrape_configs:
         applied = wait_value(prom, 'gpumigrate_migration_applied_bytes_total{host="gpu-b",vm="llm-1",direction="in"}',
                              lambda x: x > 1e6, 20)
         check("and the bytes it has applied there", applied is not None and applied > 1e6, f"{applied}")
+        predicted = wait_value(prom, 'gpumigrate_migration_predicted_stun_seconds{host="gpu-a",vm="llm-1"}',
+                               lambda x: x > 0, 20)
+        check("gpu-a's migration, once a round has ended, says the stun it predicts", predicted is not None and predicted > 0,
+              f"{predicted}")
 
         # After: the outcome counter and the measured stun.
         deadline = time.monotonic() + 90

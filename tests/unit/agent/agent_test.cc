@@ -344,7 +344,7 @@ TEST_F(AgentTest, MetricsShowTheHostARunningMigrationAndTheEndedOnes) {
   EXPECT_TRUE(has(m, R"(gpumigrate_migration_phase{host="gpu-a",vm="llm-1",direction="out",phase="starting"} 1)"))
       << m;
   std::ofstream(phase_file) << R"({"phase": "round-start", "round": 1, "bytes_sent": 9000000, "bytes_per_s": 2500000,
-                                   "round_bytes_total": 1048576, "round_bytes_done": 4096})";
+                                   "round_bytes_total": 1048576, "round_bytes_done": 4096, "predicted_stun_ms": 250})";
   m = agent_->Metrics();
   EXPECT_TRUE(has(m, R"(gpumigrate_host_migrations_in_flight{host="gpu-a",direction="out"} 1)")) << m;
   EXPECT_TRUE(has(m, R"(gpumigrate_migration_phase{host="gpu-a",vm="llm-1",direction="out",phase="round-start"} 1)"))
@@ -357,6 +357,8 @@ TEST_F(AgentTest, MetricsShowTheHostARunningMigrationAndTheEndedOnes) {
   EXPECT_TRUE(has(m, R"(gpumigrate_migration_rate_bytes_per_second{host="gpu-a",vm="llm-1",direction="out"} 2500000)"))
       << m;
   EXPECT_TRUE(has(m, R"(gpumigrate_migration_dirty_bytes{host="gpu-a",vm="llm-1",direction="out"} 1048576)")) << m;
+  EXPECT_TRUE(has(m, R"(gpumigrate_migration_predicted_stun_seconds{host="gpu-a",vm="llm-1",direction="out"} 0.25)"))
+      << m;
   EXPECT_NE(m.find(R"(gpumigrate_migration_elapsed_seconds{host="gpu-a",vm="llm-1",direction="out"} )"),
             std::string::npos);
 
