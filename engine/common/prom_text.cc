@@ -10,14 +10,17 @@ namespace {
 bool Alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool Digit(char c) { return c >= '0' && c <= '9'; }
 
-// HELP text escapes only backslash and newline.
-std::string EscapeHelp(std::string_view v) {
+// Backslash and newline escaped, and the double quote where `quote` (label
+// values; HELP text leaves it).
+std::string Escape(std::string_view v, bool quote) {
   std::string s;
   for (char c : v) {
     if (c == '\\') {
       s += "\\\\";
     } else if (c == '\n') {
       s += "\\n";
+    } else if (c == '"' && quote) {
+      s += "\\\"";
     } else {
       s += c;
     }
@@ -43,21 +46,7 @@ bool PromText::ValidLabelName(std::string_view name) {
   return true;
 }
 
-std::string PromText::EscapeLabelValue(std::string_view v) {
-  std::string s;
-  for (char c : v) {
-    if (c == '\\') {
-      s += "\\\\";
-    } else if (c == '"') {
-      s += "\\\"";
-    } else if (c == '\n') {
-      s += "\\n";
-    } else {
-      s += c;
-    }
-  }
-  return s;
-}
+std::string PromText::EscapeLabelValue(std::string_view v) { return Escape(v, true); }
 
 std::string PromText::FormatValue(double v) {
   if (std::isnan(v)) return "NaN";
@@ -74,7 +63,7 @@ void PromText::Family(std::string_view name, std::string_view type, std::string_
     return;
   }
   family_ = std::string(name);
-  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, EscapeHelp(help), name, type);
+  out_ += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, Escape(help, false), name, type);
 }
 
 void PromText::Sample(std::string_view name, const PromLabels& labels, double value) {

@@ -513,12 +513,17 @@ def status_watch(binary):
                 c = subprocess.run([tmux, "-S", sock, "capture-pane", "-p"], capture_output=True, text=True, timeout=10)
                 return c.stdout
 
-            screen, deadline = "", time.monotonic() + 20
-            while time.monotonic() < deadline:
-                screen = capture()
-                if re.search(r"llm-8 +live-migrate +gpu-b +started .*round-.* MB/s", screen):
-                    break
-                time.sleep(0.2)
+            def screen_with(pattern, seconds):
+                """The pane once it shows `pattern`, or as it is after `seconds`."""
+                screen, deadline = "", time.monotonic() + seconds
+                while time.monotonic() < deadline:
+                    screen = capture()
+                    if re.search(pattern, screen):
+                        break
+                    time.sleep(0.2)
+                return screen
+
+            screen = screen_with(r"llm-8 +live-migrate +gpu-b +started .*round-.* MB/s", 20)
             check("its screen shows llm-8 started, its round and rate from gpu-a's agent",
                   re.search(r"llm-8 +live-migrate +gpu-b +started +1 +round-\S+ r\d+ [0-9.]+ \S+ [0-9.]+ MB/s", screen)
                   is not None, screen + "\ngpu-a's jobs: " + json.dumps(f.call("gpu-a", "status").get("jobs"))[:1500])
@@ -526,12 +531,7 @@ def status_watch(binary):
                   screen)
             rc = w.finish(120)
             check("the evacuation completed", rc == 0, w.text()[-2000:])
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                screen = capture()
-                if re.search(r"llm-8 +live-migrate +gpu-b +completed", screen):
-                    break
-                time.sleep(0.2)
+            screen = screen_with(r"llm-8 +live-migrate +gpu-b +completed", 10)
             check("and the redrawn screen shows it completed, with its stun",
                   re.search(r"llm-8 +live-migrate +gpu-b +completed +1 +stun [0-9.]+ ms", screen) is not None, screen)
             check("redrawn in place: one header on the screen", screen.count("gpumigrate status") == 1, screen)
