@@ -29,6 +29,7 @@ PUBLIC_HEADERS = {
     "metrics_server.h": "net",
     "planner.h": "planner",
     "evacuation_store.h": "evacuation", "evacuation_events.h": "evacuation",
+    "content_store.h": "content",
     "agent.h": "agent",
     "qmp.h": "qemu", "qemu.h": "qemu",
     "shim.h": None,  # libgpumigrate_shim's C API, for workloads
