@@ -14,6 +14,7 @@
 
 #include "cli/agent_command.h"
 #include "cli/checkpoint_commands.h"
+#include "cli/content_store_command.h"
 #include "cli/cuda_commands.h"
 #include "cli/demo_command.h"
 #include "cli/calibrate_command.h"
@@ -121,6 +122,8 @@ int main(int argc, char** argv) {
   CLI::App* evacuate_cmd = gpumigrate::cli::AddEvacuateCommand(app, evacuate);
   gpumigrate::cli::StatusFlags status;
   CLI::App* status_cmd = gpumigrate::cli::AddStatusCommand(app, status);
+  gpumigrate::cli::ContentStoreFlags content_store;
+  CLI::App* content_store_cmd = gpumigrate::cli::AddContentStoreCommand(app, content_store);
 
   std::string help_topic;
   CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
@@ -163,5 +166,6 @@ int main(int argc, char** argv) {
   if (*agent_call_cmd) return gpumigrate::cli::RunAgentCall(agent_call);
   if (*status_cmd) return gpumigrate::cli::RunStatus(status, g_cancel);
   if (*evacuate_cmd) return gpumigrate::cli::RunEvacuate(evacuate, g_cancel);
+  if (*content_store_cmd) return gpumigrate::cli::RunContentStore(content_store);
   return 2;
 }

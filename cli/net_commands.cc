@@ -224,6 +224,10 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
   c->add_option("--phase-file", f.phase_file,
                 "Keep the session's phase in this file as it changes ({\"phase\": \"round-end\", \"round\": 2}, "
                 "replaced whole): the agent reports it");
+  c->add_option("--content-store", f.content_store,
+                "A directory of files this host already holds (weights, region dumps; see `gpumigrate content-store`): "
+                "pages the source offers by SHA-256 are filled from it instead of crossing the link")
+      ->check(CLI::ExistingDirectory);
   c->add_option("--run-after", f.run_after,
                 "After the switchover, let the workload run this long here, then pause it and self-check its memory")
       ->capture_default_str();
@@ -464,6 +468,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   DestinationOptions o;
   Apply(*live, o);
   o.aes_key = ns->aes_key;
+  o.content_store_dir = f.content_store;
   std::vector<NetSession> links;
   links.push_back(std::move(ns).value());
   if (o.resume_window > std::chrono::nanoseconds(0)) {

@@ -50,6 +50,7 @@ struct ReceiveFlags {
   std::string accept_timeout = "300s";
   std::string port_file;
   std::string phase_file;  // --phase-file: the session's phase, for the agent
+  std::string content_store;  // --content-store DIR: fill offered pages from these files
   std::string run_after = "500ms";
   std::string handshake_timeout = "10s";
   LivenessFlags live;

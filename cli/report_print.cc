@@ -62,6 +62,12 @@ void PrintReport(FILE* out, const std::string& title, const MigrationReport& r) 
     Print(out, "  streams:    {}\n", line);
   }
   PrintResumptions(out, r);
+  if (r.offered_pages > 0 || r.content_store_pages > 0) {
+    Print(out, "  content:    {} pages offered by SHA-256, {} filled from the destination's content store ({} not sent)",
+          r.offered_pages, r.dedup_pages, FormatBytes(static_cast<double>(r.dedup_bytes)));
+    if (r.content_store_pages > 0) Print(out, "; the store indexes {} pages", r.content_store_pages);
+    Print(out, "\n");
+  }
   if (!r.switchover_reason.empty()) Print(out, "  switchover: {}\n", r.switchover_reason);
   if (r.outcome == Outcome::kCompleted) {
     Print(out, "  stun:       {:.1f} ms", r.stun_ms);

@@ -42,6 +42,9 @@ void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams) {
               "After a completed migration, leave the released source's memory as it is (default: zero it, so the "
               "next tenant of that memory cannot read this workload's data; skip it only when the device is "
               "destroyed anyway)");
+  c->add_flag("--no-content-offer", f.no_content_offer,
+              "Never offer pages by SHA-256 to a destination with a content store (receive --content-store): send "
+              "every page's bytes");
 }
 
 Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
@@ -57,6 +60,7 @@ Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
   GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));
   o.switch_when_not_converging = f.if_not_converging == "switch";
   o.scrub = !f.no_scrub;
+  o.content_offer = !f.no_content_offer;
   if (!f.bandwidth.empty()) {
     GM_ASSIGN_OR_RETURN(o.bandwidth_limit_bytes_per_s, ParseRateBytesPerS(f.bandwidth));
   }

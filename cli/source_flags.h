@@ -28,6 +28,7 @@ struct SourceFlags {
   std::string verify = "digest";
   std::string if_not_converging = "abort";
   bool no_scrub = false;
+  bool no_content_offer = false;
 };
 
 // `with_streams`: a checkpoint writes one stream to its file and takes no --streams.

@@ -6,9 +6,11 @@
 //                   any state before PREPARED -> DISCARDED (device ERROR)
 //                   PREPARED -> IN_DOUBT (connection lost: stay stopped, keep state)
 #include <array>
+#include <cstring>
 
 #include <fmt/format.h>
 
+#include "engine/session/content_fill.h"
 #include "engine/session/frame_receiver.h"
 #include "engine/session/liveness.h"
 #include "engine/session/mailbox.h"
@@ -49,6 +51,7 @@ class Destination {
   Status Prepare(const v1::Prepare& p);
   Status WaitForFrames(const google::protobuf::RepeatedField<uint64_t>& counts, const char* what);
   Status Apply(const wire::FrameHeader& h, std::span<const std::byte> payload);
+  Status ApplyDigests(const wire::FrameHeader& h, std::span<const std::byte> digests, size_t idx);
   Result<v1::Envelope> Next(const char* what);
   void EnterPhase(Phase p, uint32_t round) {
     phase_ = p;
@@ -112,6 +115,7 @@ class Destination {
   uint64_t link_bytes_before_ = 0;
   std::vector<uint64_t> frames_applied_;  // per data stream of the broken connection
   std::atomic<bool> device_failed_{false};  // a device write failed (set by the receiving threads)
+  std::unique_ptr<ContentFill> content_;     // receive --content-store: opened at the manifest
 };
 
 Result<v1::Envelope> Destination::Next(const char* what) {
@@ -149,6 +153,7 @@ Status Destination::Handshake() {
   caps.push_back(wire::kCapKeepalive);
   const bool can_resume = opt_.reaccept && opt_.resume_window > std::chrono::nanoseconds(0);
   if (can_resume) caps.push_back(wire::kCapResume);
+  if (!opt_.content_store_dir.empty()) caps.push_back(wire::kCapContentStore);
   GM_RETURN_IF_ERROR(writer_->Send(wire::MakeHello(GPUMIGRATE_VERSION, caps)));
   for (const auto& cap : hello.hello().capabilities()) {
     if (cap == wire::kCapKeepalive) {
@@ -159,7 +164,15 @@ Status Destination::Handshake() {
   }
   GM_ASSIGN_OR_RETURN(v1::Envelope m, Next("Manifest"));
   if (!m.has_manifest()) return Corrupt(fmt::format("protocol error: expected Manifest, got {}", wire::EnvelopeKind(m)));
-  return CheckManifest(m.manifest());
+  GM_RETURN_IF_ERROR(CheckManifest(m.manifest()));
+  if (opt_.content_store_dir.empty()) return Status::Ok();
+  // Indexing a store that changed can take a while: its progress keeps the source waiting.
+  if (live_) live_->Doing("indexing the content store");
+  GM_ASSIGN_OR_RETURN(content_, ContentFill::Open(opt_.content_store_dir, regions_, [this](uint64_t n) {
+                        work_.fetch_add(n, std::memory_order_relaxed);
+                      }));
+  report_.content_store_pages = content_->indexed_pages();
+  return Status::Ok();
 }
 
 Status Destination::CheckManifest(const v1::Manifest& m) {
@@ -208,6 +221,7 @@ Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte>
   if (h.type == wire::FrameType::kDeviceState) return state_.Apply(h, payload);
   size_t idx = 0;
   while (regions_[idx].id != h.region) ++idx;  // checked to exist by the caller
+  if (h.type == wire::FrameType::kPageDigests) return ApplyDigests(h, payload, idx);
   const RegionInfo& r = regions_[idx];
   const uint64_t ps = r.page_size;
   for (uint64_t off = 0; off < h.raw_length; off += ps) {
@@ -233,6 +247,45 @@ Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte>
     last = h.round + 1;
   }
   return Status::Ok();
+}
+
+// Pages offered by SHA-256: each filled from the content store (its bytes read
+// and their digest checked there), or left as it was and named in the answer,
+// which goes before this frame counts as applied, so before the round's
+// RoundApplied. Nothing of the store goes back: only which pages missed.
+Status Destination::ApplyDigests(const wire::FrameHeader& h, std::span<const std::byte> digests, size_t idx) {
+  const RegionInfo& r = regions_[idx];
+  const uint64_t ps = r.page_size;
+  const uint64_t first = h.offset / ps;
+  const uint32_t pages = static_cast<uint32_t>(h.raw_length / ps);
+  v1::Envelope answer;
+  auto* a = answer.mutable_content_answer();
+  a->set_round(h.round);
+  a->set_region(r.id);
+  a->set_first_page(first);
+  a->set_pages(pages);
+  thread_local std::vector<std::byte> page;
+  page.resize(ps);
+  for (uint32_t k = 0; k < pages; ++k) {
+    ContentDigest d;
+    std::memcpy(d.data(), digests.data() + size_t{k} * 32, 32);
+    const uint64_t pg = first + k;
+    std::lock_guard lk(stripes_[(pg ^ (uint64_t{idx} << 20)) % stripes_.size()]);
+    uint32_t& last = last_round_[idx][pg];
+    if (h.round + 1 < last) continue;  // a newer copy already arrived on another stream
+    if (!content_->Fill(r.page_size, d, page)) {
+      a->add_missed(k);
+      continue;
+    }
+    if (Status w = dev_.Write(r.id, pg * ps, page); !w.ok()) {
+      device_failed_ = true;
+      return w;
+    }
+    hashes_.Set(idx, pg, HashPage(page));
+    last = h.round + 1;
+  }
+  content_->Answered(pages);
+  return writer_->Send(answer);
 }
 
 // Waits until exactly `counts[s]` frames have been applied on each data stream.
@@ -329,6 +382,11 @@ MigrationReport Destination::Teardown(Outcome outcome, Status st, bool tell_peer
     }
   }
   if (resuming_) report_.source_cleanup = dev_.LoadCleanup(outcome);
+  if (content_) {
+    report_.dedup_pages = content_->filled_pages();
+    report_.dedup_bytes = content_->filled_bytes();
+    report_.offered_pages = content_->answered_pages();
+  }
   report_.total_ms = MsBetween(t0_, clock_.Now());
   return report_;
 }
@@ -403,6 +461,7 @@ void Destination::StartReceiver() {
   receiver_ = std::make_unique<FrameReceiver>(
       streams_.data, keys_, max_payload_, &regions_,
       [this](const wire::FrameHeader& h, std::span<const std::byte> raw) { return Apply(h, raw); }, box_.get());
+  if (content_) receiver_->AcceptDigests();
   receiver_->Start();
 }
 

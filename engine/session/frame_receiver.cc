@@ -81,6 +81,11 @@ Status FrameReceiver::CheckHeader(const wire::FrameHeader& h, size_t s, uint64_t
     return Corrupt(fmt::format("length {} is not whole pages", h.raw_length));
   }
   uint32_t want_payload = h.type == wire::FrameType::kPages ? h.raw_length : 0;
+  if (h.type == wire::FrameType::kPageDigests) {
+    if (!accept_digests_) return Corrupt("a PAGE_DIGESTS frame, but this destination offered no content store");
+    if (h.raw_length % r->page_size != 0) return Corrupt(fmt::format("digests for {} bytes: not whole pages", h.raw_length));
+    want_payload = h.raw_length / r->page_size * 32;
+  }
   if (codec != CodecKind::kNone && h.payload_length == 0) return Corrupt("compressed frame has an empty payload");
   if (codec == CodecKind::kNone && h.payload_length != want_payload) {
     return Corrupt(fmt::format("{} frame has payload length {}, expected {}", wire::FrameTypeName(h.type),

@@ -40,6 +40,9 @@ class FrameReceiver {
     Join();
   }
 
+  // PageDigests frames are accepted (the destination offered a content store);
+  // before Start().
+  void AcceptDigests() { accept_digests_ = true; }
   void Start();
   void StopQuietly() { done_ = true; }
   void Join();
@@ -63,6 +66,7 @@ class FrameReceiver {
   std::unique_ptr<std::atomic<uint64_t>[]> frames_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<bool> done_{false};
+  bool accept_digests_ = false;
   std::vector<std::thread> threads_;
 };
 

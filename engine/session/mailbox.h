@@ -217,8 +217,13 @@ class Mailbox {
 // the reader thread) so the session can stop sending at once.
 class ControlReader {
  public:
-  ControlReader(Stream* control, Mailbox* box, std::function<void(const wire::v1::Abort&)> on_abort)
-      : thread_([this, control, box, on_abort = std::move(on_abort)] {
+  // `consume`, when set, sees every message first (on this thread) and returns
+  // true for one it has handled (it is then not queued); an error it returns
+  // fails the mailbox.
+  using Consume = std::function<Result<bool>(const wire::v1::Envelope&)>;
+  ControlReader(Stream* control, Mailbox* box, std::function<void(const wire::v1::Abort&)> on_abort,
+                Consume consume = nullptr)
+      : thread_([this, control, box, on_abort = std::move(on_abort), consume = std::move(consume)] {
           while (!stop_.load()) {
             auto env = wire::RecvEnvelope(*control);
             if (!env.ok()) {
@@ -229,6 +234,15 @@ class ControlReader {
             box->Heard(*env);
             if (env->has_keepalive()) continue;  // liveness only: never queued
             if (env->has_abort() && on_abort) on_abort(env->abort());
+            if (consume) {
+              Result<bool> used = consume(*env);
+              if (!used.ok()) {
+                box->Fail(used.status());
+                box->ReaderDone();
+                return;
+              }
+              if (*used) continue;
+            }
             box->Post(std::move(env).value());
           }
           box->ReaderDone();  // stopped before (or between) reads: no message will come either

@@ -90,6 +90,11 @@ std::string ReportToJson(const MigrationReport& r) {
                       {"payload_bytes", x.payload_bytes},
                       {"ms", Round3(x.ms)},
                       {"start_ms", Round3(x.start_ms)}});
+    if (x.offered_pages > 0) {
+      rounds.back()["offered_pages"] = x.offered_pages;
+      rounds.back()["offer_missed_pages"] = x.offer_missed_pages;
+      rounds.back()["offer_ms"] = Round3(x.offer_ms);
+    }
   }
   j["rounds"] = rounds;
   if (r.predicted_stun_ms >= 0 && std::isfinite(r.predicted_stun_ms)) {
@@ -132,6 +137,10 @@ std::string ReportToJson(const MigrationReport& r) {
   }
   j["resumptions"] = resumptions;
   j["resume_saved_bytes"] = saved;
+  j["dedup_pages"] = r.dedup_pages;
+  j["dedup_bytes"] = r.dedup_bytes;
+  j["offered_pages"] = r.offered_pages;
+  if (r.content_store_pages > 0) j["content_store_pages"] = r.content_store_pages;
   if (r.dry_run) {
     j["dry_run"] = true;
     j["would_switch"] = r.would_switch;

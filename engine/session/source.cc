@@ -101,6 +101,7 @@ Status Source::Handshake() {
       live_->PeerSpeaksKeepalive();
     }
     if (cap == wire::kCapResume) peer_resumes_ = can_resume;
+    if (cap == wire::kCapContentStore && opt_.content_offer) offer_.Enable();
   }
   GM_RETURN_IF_ERROR(ChooseCodecs(peer.hello()));
 
@@ -168,10 +169,13 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         uint64_t off = p * ps;
         uint64_t len = std::min(n * ps, r.size_bytes - off);
         buf_.resize(len);
+        const auto read_start = clock_.Now();
         if (Status rd = dev_.Read(r.id, off, buf_); !rd.ok()) {
           device_failed_ = true;
           return rd.WithContext(fmt::format("read region {}", r.name));
         }
+        const double read_ms = MsBetween(read_start, clock_.Now());
+        const uint64_t offered_before = rr.offered_pages;
         live_->Worked(len);  // progress even when nothing needs sending (pages the destination holds)
         pages.Classify(buf_, ps);
         for (const PageRun& whole : pages.runs()) {
@@ -191,8 +195,13 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
                                                static_cast<uint32_t>(run.length_bytes), {}));
               if (!rr.final) NoteSent(i, p + run.first_page, run.pages, true);
             } else {
-              rr.pages_sent += run.pages;
               auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
+              bool offered = false;
+              if (!rr.final) {
+                GM_RETURN_IF_ERROR(OfferRun(i, round, p + run.first_page, off + run.offset_bytes, raw, rr, &offered));
+              }
+              if (offered) continue;
+              rr.pages_sent += run.pages;
               CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
               auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
               rr.raw_bytes += run.length_bytes;
@@ -207,6 +216,8 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
             hashes_.Set(i, p + k, pages.hashes()[k]);
           }
         }
+        // Reading pages that went by digest is offer time too, not the link's (its share of this read).
+        rr.offer_ms += read_ms * static_cast<double>((rr.offered_pages - offered_before) * ps) / static_cast<double>(len);
         tracker_->NoteSent(r.id, p, pages.hashes());  // a hashing tracker compares with what was sent
         for (uint64_t q = p; q < p + n; ++q) set.Clear(q);  // pages left set go in a later round
         done += n * ps;
@@ -224,6 +235,38 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   rr.bytes = sender_->bytes_sent() - sent_before;
   round_left_bytes_ = 0;
   return Status::Ok();
+}
+
+Status Source::OfferRun(size_t i, uint32_t round, uint64_t first_page, uint64_t offset,
+                        std::span<const std::byte> raw, RoundReport& rr, bool* offered) {
+  const RegionInfo& r = regions_[i];
+  const uint64_t pages = raw.size() / r.page_size;
+  *offered = false;
+  if (pages == 0 || raw.size() % r.page_size != 0 || !offer_.ShouldOffer(i, pages)) return Status::Ok();
+  const auto t = clock_.Now();
+  digests_.resize(pages * 32);
+  for (uint64_t k = 0; k < pages; ++k) {
+    ContentDigest d = sha_.Digest(raw.subspan(k * r.page_size, r.page_size));
+    std::memcpy(digests_.data() + k * 32, d.data(), 32);
+  }
+  rr.offer_ms += MsBetween(t, clock_.Now());
+  offer_.Offered(i, pages);  // before the frame goes: its answer can come back before Send returns
+  GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPageDigests, r.id, round, offset,
+                                   static_cast<uint32_t>(raw.size()), digests_));
+  NoteSent(i, first_page, pages, false, /*digest=*/true);
+  rr.offered_pages += pages;
+  offered_bytes_ += raw.size();
+  *offered = true;
+  return Status::Ok();
+}
+
+void Source::MergeMissed(RoundReport& rr) {
+  for (const ContentOffer::Missed& m : offer_.TakeMissed()) {
+    sets_[m.region].Set(m.page);
+    hashes_.Set(m.region, m.page, kUnknownPageHash);  // never skipped as held
+    ++rr.offer_missed_pages;
+    missed_bytes_ += regions_[m.region].page_size;
+  }
 }
 
 Status Source::SyncAll(uint64_t* dirty_bytes) {
@@ -487,6 +530,9 @@ MigrationReport Source::Teardown(Outcome outcome, Status st) {
 }
 
 void Source::Statistics() {
+  report_.offered_pages = offer_.offered_pages();
+  report_.dedup_bytes = offered_bytes_ > missed_bytes_ ? offered_bytes_ - missed_bytes_ : 0;
+  report_.dedup_pages = offer_.offered_pages() - std::min(offer_.offered_pages(), offer_.missed_pages());
   uint64_t raw = 0, payload = 0;
   for (const auto& r : report_.rounds) {
     raw += r.raw_bytes;
@@ -586,6 +632,7 @@ Status Source::RunRound(uint32_t round) {
     return Corrupt(fmt::format("protocol error: RoundApplied for round {} while round {} was awaited",
                                applied.round_applied().round(), round));
   }
+  MergeMissed(rr);  // every answer of the round came before its RoundApplied
   ++confirmed_rounds_;
   confirmed_bytes_ += rr.raw_bytes;
   unconfirmed_.clear();
@@ -654,7 +701,9 @@ Status Source::PreCopy() {
     // promise. The report keeps both: bandwidth_bytes_per_s is what the rule
     // used, rounds_bandwidth_bytes_per_s the average.
     report_.rounds_bandwidth_bytes_per_s = RecentBandwidth(
-        report_.rounds, [](const RoundReport& r) { return r.bytes; }, [](const RoundReport& r) { return r.ms / 1e3; });
+        report_.rounds, [](const RoundReport& r) { return r.bytes; },
+        // Hashing pages offered by digest is the source's time, not the link's.
+        [](const RoundReport& r) { return std::max(0.0, r.ms - r.offer_ms) / 1e3; });
     report_.bandwidth_bytes_per_s = report_.rounds_bandwidth_bytes_per_s;
     if (watch_.LinkBound() && *watch_.rate() > 0 && *watch_.rate() < report_.bandwidth_bytes_per_s) {
       report_.bandwidth_bytes_per_s = *watch_.rate();

@@ -9,14 +9,6 @@
 #include "engine/session/source_session.h"
 
 namespace gpumigrate::session_detail {
-namespace {
-
-// What the source records for a page the destination may or may not hold: no
-// page hashes to it (XXH3-64 of a page equal to it has odds of 2^-64, and would
-// show as a digest mismatch at Prepare, never as a wrong page).
-constexpr uint64_t kUnknownPageHash = 0x5eed0f0f0f0f0f0full;
-
-}  // namespace
 
 // One connection's parts on streams_: the frame sender (keys of this
 // connection), the device-state sender, the control reader and liveness.
@@ -36,11 +28,20 @@ void Source::StartLink() {
     return JudgeLink();
   });
   state_ = std::make_unique<StateStreamSender>(dev_, *sender_, opt_.max_frame_payload_bytes);
-  reader_ = std::make_unique<ControlReader>(streams_.control, box_.get(), [this](const v1::Abort&) {
-    // Stop sending at once; Teardown picks up the reason from the mailbox.
-    peer_aborted_ = true;
-    for (Stream* s : streams_.data) s->Close();
-  });
+  offer_.LinkRestarted();
+  reader_ = std::make_unique<ControlReader>(
+      streams_.control, box_.get(),
+      [this](const v1::Abort&) {
+        // Stop sending at once; Teardown picks up the reason from the mailbox.
+        peer_aborted_ = true;
+        for (Stream* s : streams_.data) s->Close();
+      },
+      [this](const v1::Envelope& env) -> Result<bool> {
+        if (!env.has_content_answer()) return false;
+        if (!offer_.enabled()) return Corrupt("protocol error: a ContentAnswer, but no page was offered by digest");
+        GM_RETURN_IF_ERROR(offer_.Answer(env.content_answer()));
+        return true;
+      });
   live_ = SessionLiveness(*writer_, *box_, clock_, streams_, LivenessOf(opt_, "the destination"),
                           [this] { return BytesSent(); });
 }
@@ -117,10 +118,18 @@ Status Source::Resume(Status st, uint32_t failed_round) {
     return Corrupt(fmt::format("resume: the destination says it applied {} rounds, only {} were sent",
                                got.rounds_applied(), confirmed_rounds_ + 1));
   }
+  // Pages of the broken round offered by digest go again, whatever the
+  // destination applied: which of them it could not fill was in answers the
+  // broken connection may have lost.
+  for (const SentRun& run : unconfirmed_) {
+    if (!run.digest) continue;
+    sets_[run.region].SetRange(run.first_page, run.pages);
+    for (uint64_t q = run.first_page; q < run.first_page + run.pages; ++q) hashes_.Set(run.region, q, kUnknownPageHash);
+  }
   if (got.rounds_applied() == confirmed_rounds_ + 1) {
     // The destination applied the broken round whole; only its confirmation was lost.
     ++confirmed_rounds_;
-    for (const SentRun& run : unconfirmed_) x.saved_bytes += run.Bytes(regions_);
+    for (const SentRun& run : unconfirmed_) x.saved_bytes += run.digest ? 0 : run.Bytes(regions_);
   } else {
     if (static_cast<size_t>(got.frames_applied_size()) != streams_.data.size()) {
       return Corrupt(fmt::format("resume: the destination counts frames on {} streams, the session has {}",
@@ -129,6 +138,7 @@ Status Source::Resume(Status st, uint32_t failed_round) {
     // Each stream's frames were applied in order: those past its count go again,
     // and their hashes are forgotten so that the carrying-on round does not skip them.
     for (const SentRun& run : unconfirmed_) {
+      if (run.digest) continue;  // marked above
       if (run.sequence < got.frames_applied(static_cast<int>(run.stream))) {
         x.saved_bytes += run.Bytes(regions_);
         continue;

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/session/content_offer.h"
 #include "engine/session/frame_sender.h"
 #include "engine/session/link_watch.h"
 #include "engine/session/liveness.h"
@@ -23,6 +24,7 @@
 #include "engine/session/state_stream.h"
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
+#include "gpumigrate/content_store.h"
 #include "gpumigrate/dirty_tracker.h"
 #include "gpumigrate/session.h"
 #include "gpumigrate/switchover.h"
@@ -31,6 +33,11 @@
 namespace gpumigrate::session_detail {
 
 namespace v1 = wire::v1;
+
+// What the source records for a page the destination may or may not hold: no
+// page hashes to it (XXH3-64 of a page equal to it has odds of 2^-64, and would
+// show as a digest mismatch at Prepare, never as a wrong page).
+constexpr uint64_t kUnknownPageHash = 0x5eed0f0f0f0f0f0full;
 
 class Source {
  public:
@@ -81,6 +88,13 @@ class Source {
   uint64_t BytesSent() const { return link_bytes_before_ + (sender_ ? sender_->bytes_sent() : 0); }
   Status ChooseCodecs(const wire::v1::Hello& peer);
   Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
+  // Offers a run of whole pages by SHA-256 (a PageDigests frame), when the
+  // destination has a content store and the offer's state says so; *offered
+  // says whether it did (else the caller sends the bytes).
+  Status OfferRun(size_t i, uint32_t round, uint64_t first_page, uint64_t offset, std::span<const std::byte> raw,
+                  RoundReport& rr, bool* offered);
+  // The pages the destination could not fill go with data in the next round.
+  void MergeMissed(RoundReport& rr);
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }
   Status SyncAll(uint64_t* dirty_bytes);
   Status WatchLink();
@@ -186,12 +200,14 @@ class Source {
     uint32_t region = 0;  // index in regions_
     uint16_t stream = 0;
     bool zero = false;    // a kZeroPages frame: no page bytes
+    bool digest = false;  // a kPageDigests frame: its answer may be lost with the connection
     uint64_t Bytes(const std::vector<RegionInfo>& regions) const { return zero ? 0 : pages * regions[region].page_size; }
   };
   std::vector<SentRun> unconfirmed_;
-  void NoteSent(size_t region, uint64_t first_page, uint64_t pages, bool zero) {
+  void NoteSent(size_t region, uint64_t first_page, uint64_t pages, bool zero, bool digest = false) {
     unconfirmed_.push_back({sender_->last_sequence(), first_page, static_cast<uint32_t>(pages),
-                            static_cast<uint32_t>(region), static_cast<uint16_t>(sender_->last_stream()), zero});
+                            static_cast<uint32_t>(region), static_cast<uint16_t>(sender_->last_stream()), zero,
+                            digest});
   }
   bool peer_resumes_ = false;             // the destination's Hello listed `resume`
   bool peer_keepalive_ = false;
@@ -201,6 +217,11 @@ class Source {
   uint64_t link_bytes_before_ = 0;        // bytes sent over earlier connections
   std::vector<uint64_t> prior_stream_bytes_, prior_stream_frames_;
   std::optional<uint32_t> resumed_round_;  // the round that carries on after a resumption
+  // Content-addressed pre-copy (content_offer.h): enabled by the destination's Hello.
+  ContentOffer offer_{regions_};
+  Sha256Hasher sha_;
+  std::vector<std::byte> digests_;
+  uint64_t offered_bytes_ = 0, missed_bytes_ = 0;
 };
 
 }  // namespace gpumigrate::session_detail

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
 
 namespace gpumigrate {
@@ -137,6 +138,13 @@ class ContentStore {
   std::vector<uint8_t> stale_;      // per file: found changed at a Fill
   std::atomic<uint64_t> filled_{0}, missed_{0}, refused_{0};
 };
+
+// Seeds a store: writes the regions of `device` (only its static ones, the
+// weights, when `static_only`) to DIR/<name>.<region>.raw, each whole or not at
+// all (written aside, then renamed). Returns the paths written.
+Result<std::vector<std::string>> DumpRegions(Device& device, const std::string& dir, const std::string& name,
+                                             bool static_only,
+                                             const std::function<void(uint64_t done, uint64_t total)>& on_progress);
 
 // The index file's form (engine/content/index_file.cc): exposed for its tests.
 std::vector<std::byte> EncodeContentIndex(uint32_t page_size, const std::vector<ContentStore::File>& files,

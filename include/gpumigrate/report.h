@@ -58,6 +58,15 @@ struct RoundReport {
   uint64_t known_pages = 0;   // data pages skipped: the destination held them already (a continuation)
   uint64_t raw_bytes = 0;     // bytes of the pages sent with data, before the codec
   uint64_t payload_bytes = 0; // the same pages' bytes as sent, after the codec
+  // Content-addressed pre-copy (a destination with a content store): pages
+  // offered by SHA-256 instead of their bytes, those of them the destination
+  // could not fill (sent with data in the next round), and the time the source
+  // spent reading and hashing them (not link time: left out of the round's
+  // bandwidth sample, which then measures the pages sent with data, as a round
+  // without offers does).
+  uint64_t offered_pages = 0;
+  uint64_t offer_missed_pages = 0;
+  double offer_ms = 0;
   double ms = 0;
   double start_ms = 0;         // when it began, from the session's start (the final round: its data phase)
 };
@@ -123,6 +132,14 @@ struct MigrationReport {
     uint64_t resent_bytes = 0;   // page bytes of the unconfirmed round that had to go again
   };
   std::vector<Resumption> resumptions;
+  // Content-addressed pre-copy, the whole migration: pages (and their bytes) the
+  // destination filled from its content store instead of receiving them, and
+  // pages offered by digest (source) or answered (destination). The
+  // destination's report also says how big its store's index is.
+  uint64_t dedup_pages = 0;
+  uint64_t dedup_bytes = 0;
+  uint64_t offered_pages = 0;
+  uint64_t content_store_pages = 0;  // destination: distinct pages its store indexes
   bool dry_run = false;              // a probe: pre-copied, then aborted on purpose
   bool would_switch = false;         // dry run: the rule would have switched over (else aborted)
 };

@@ -164,6 +164,11 @@ struct SourceOptions {
   // A released source's memory is zeroed after the migration (Device::Scrub);
   // false (--no-scrub) when the device is destroyed anyway.
   bool scrub = true;
+  // Offer pages by SHA-256 to a destination with a content store (its Hello
+  // lists `content-store`) in pre-copy rounds, sending the bytes only of those
+  // it cannot fill; the offer backs off in regions where it does not fill.
+  // false (--no-content-offer): every page is sent.
+  bool content_offer = true;
   std::optional<SessionContinuation> continuation;
   // Called once every page is sent, just before Prepare, with the hash of each
   // page the destination now holds (per region, Regions() order): what a later
@@ -205,6 +210,11 @@ struct DestinationOptions {
   // (the transport checks it proves the same session) before discarding.
   Reconnect reaccept;
   std::chrono::nanoseconds resume_window = 60s;
+  // A directory of files this destination's tenant already holds (weights,
+  // region dumps): pages the source offers by SHA-256 are filled from it rather
+  // than sent (gpumigrate/content_store.h). Empty: none; the source is not told
+  // there is one and sends every page.
+  std::string content_store_dir;
 };
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options);

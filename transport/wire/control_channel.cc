@@ -86,6 +86,7 @@ std::string EnvelopeKind(const v1::Envelope& env) {
     case v1::Envelope::kAbort: return "Abort";
     case v1::Envelope::kRoundApplied: return "RoundApplied";
     case v1::Envelope::kKeepalive: return "Keepalive";
+    case v1::Envelope::kContentAnswer: return "ContentAnswer";
     case v1::Envelope::kResume: return "Resume";
     case v1::Envelope::kResumed: return "Resumed";
     default: return "unknown";

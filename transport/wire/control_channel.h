@@ -35,6 +35,10 @@ constexpr const char* kCapKeepalive = "keepalive";
 // (Resume/Resumed): a source lists it when it will reconnect, a destination when
 // it will wait for that. Both must list it for a session to be resumable.
 constexpr const char* kCapResume = "resume";
+// A destination with a content store (receive --content-store): it fills pages
+// the source offers by SHA-256 in PageDigests frames, and answers each frame
+// with ContentAnswer. A source offers only to a destination that lists it.
+constexpr const char* kCapContentStore = "content-store";
 
 Status SendEnvelope(Stream& stream, const v1::Envelope& env);
 Result<v1::Envelope> RecvEnvelope(Stream& stream);

@@ -61,7 +61,8 @@ Result<FrameHeader> DecodeHeader(std::span<const std::byte, kFrameHeaderBytes> b
     return Corrupt(fmt::format("frame format version {} is not supported (this build reads {})", h.version,
                                kFrameVersion));
   }
-  if (h.type != FrameType::kPages && h.type != FrameType::kZeroPages && h.type != FrameType::kDeviceState) {
+  if (h.type != FrameType::kPages && h.type != FrameType::kZeroPages && h.type != FrameType::kDeviceState &&
+      h.type != FrameType::kPageDigests) {
     return Corrupt(fmt::format("unknown frame type {}", static_cast<int>(h.type)));
   }
   if (h.reserved != 0) return Corrupt("reserved header field is not zero");
@@ -88,6 +89,7 @@ std::string FrameTypeName(FrameType t) {
     case FrameType::kPages: return "PAGES";
     case FrameType::kZeroPages: return "ZERO_PAGES";
     case FrameType::kDeviceState: return "DEVICE_STATE";
+    case FrameType::kPageDigests: return "PAGE_DIGESTS";
     default: return fmt::format("type {}", static_cast<int>(t));
   }
 }

@@ -28,6 +28,7 @@ enum class FrameType : uint8_t {
   kPages = 1,        // raw bytes of a page-aligned run in one region
   kZeroPages = 2,    // the run is now all zeros (no payload)
   kDeviceState = 3,  // a piece of the opaque device-state blob, offset = its position
+  kPageDigests = 4,  // the run's pages offered by SHA-256: 32 bytes per page (capability content-store)
 };
 
 struct FrameHeader {
