@@ -653,6 +653,10 @@ Result<Json> Agent::Receive(const Json& req) {
   std::vector<std::string> argv = {options_.self_exe, "receive", "--listen", listen, "--port-file", port_file,
                                    "--phase-file", JobPath(jr.id, "phase"), "--device", device,
                                    "--accept-timeout", req.value("accept_timeout", "60s"), "--json"};
+  if (!config_.content_store.empty()) {
+    argv.push_back("--content-store");
+    argv.push_back(config_.content_store);
+  }
   argv.insert(argv.end(), options_.child_tls_args.begin(), options_.child_tls_args.end());
   GM_RETURN_IF_ERROR(LaunchLocked(jr, argv));
   // Wait for it to listen, without holding the agent.

@@ -41,6 +41,11 @@ Result<AgentConfig> ParseAgentConfig(std::string_view json_text) {
   GM_ASSIGN_OR_RETURN(cfg.host, planner::Required(planner::ReadString(host, "name", "host"), "host.name"));
   GM_ASSIGN_OR_RETURN(auto data, planner::ReadString(root, "data_address", ""));
   cfg.data_address = data.value_or("");
+  GM_ASSIGN_OR_RETURN(auto store, planner::ReadString(root, "content_store", ""));
+  cfg.content_store = store.value_or("");
+  if (!cfg.content_store.empty() && cfg.content_store.front() != '/') {
+    return KeyError("content_store", fmt::format("'{}' is not an absolute path", cfg.content_store));
+  }
   cfg.host_entry = Json::parse(host.dump());
 
   // The inventory of this host alone, for the planner's checks: its errors then

@@ -12,6 +12,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <xxhash.h>
 
 namespace gpumigrate {
 namespace {
@@ -117,7 +118,7 @@ Status HashFile(const std::string& dir, const ContentStore::File& f, uint32_t id
         ++stats.zero_pages;
         continue;
       }
-      out.push_back({h.Digest(page), id, static_cast<uint32_t>(p + k)});
+      out.push_back({h.Digest(page), XXH3_64bits(page.data(), page.size()), id, static_cast<uint32_t>(p + k)});
     }
     stats.bytes_hashed += span.size();
     if (opt.on_progress) opt.on_progress(stats.bytes_hashed, total);
@@ -235,11 +236,13 @@ ContentStore::~ContentStore() {
   }
 }
 
-bool ContentStore::Contains(const ContentDigest& d) const {
+const ContentStore::Entry* ContentStore::Find(const ContentDigest& d) const {
   auto it = std::lower_bound(entries_.begin(), entries_.end(), d,
                              [](const Entry& e, const ContentDigest& x) { return e.digest < x; });
-  return it != entries_.end() && it->digest == d;
+  return it != entries_.end() && it->digest == d ? &*it : nullptr;
 }
+
+bool ContentStore::Contains(const ContentDigest& d) const { return Find(d) != nullptr; }
 
 // The file's descriptor, opened at first use; *changed when it is no longer the
 // file that was indexed (size or mtime), then or at an earlier use.
@@ -263,32 +266,65 @@ int ContentStore::FileFd(uint32_t file, bool* changed) {
 }
 
 FillResult ContentStore::Fill(const ContentDigest& d, std::span<std::byte> out) {
-  auto it = std::lower_bound(entries_.begin(), entries_.end(), d,
-                             [](const Entry& e, const ContentDigest& x) { return e.digest < x; });
-  if (it == entries_.end() || it->digest != d || out.size() != page_size_) {
-    ++missed_;
-    return FillResult::kNotHeld;
+  std::vector<FillResult> r;
+  FillRun(std::span<const ContentDigest>(&d, 1), out, r);
+  return r[0];
+}
+
+void ContentStore::FillRun(std::span<const ContentDigest> digests, std::span<std::byte> out,
+                           std::vector<FillResult>& results) {
+  results.assign(digests.size(), FillResult::kNotHeld);
+  if (out.size() != digests.size() * page_size_) {
+    missed_ += digests.size();
+    return;
   }
+  std::vector<const Entry*> found(digests.size());
+  for (size_t k = 0; k < digests.size(); ++k) found[k] = Find(digests[k]);
+  for (size_t k = 0; k < digests.size();) {
+    if (found[k] == nullptr) {
+      ++missed_;
+      ++k;
+      continue;
+    }
+    // The longest run of pages that follow one another in the same file.
+    size_t n = 1;
+    while (k + n < digests.size() && found[k + n] != nullptr && found[k + n]->file == found[k]->file &&
+           found[k + n]->page == found[k]->page + n) {
+      ++n;
+    }
+    ReadRun(&found[k], n, out.subspan(k * page_size_, n * page_size_), &results[k]);
+    k += n;
+  }
+}
+
+void ContentStore::ReadRun(const Entry* const* run, size_t n, std::span<std::byte> out, FillResult* results) {
+  const uint32_t file = run[0]->file;
   bool changed = false;
-  const int fd = FileFd(it->file, &changed);
-  if (fd < 0) {
-    ++refused_;
-    return changed ? FillResult::kFileChanged : FillResult::kReadError;
+  const int fd = FileFd(file, &changed);
+  auto all = [&](FillResult r) {
+    for (size_t k = 0; k < n; ++k) results[k] = r;
+    refused_ += n;
+  };
+  if (fd < 0) return all(changed ? FillResult::kFileChanged : FillResult::kReadError);
+  if (!PreadAll(fd, out, static_cast<uint64_t>(run[0]->page) * page_size_).ok()) return all(FillResult::kReadError);
+  bool bad = false;
+  for (size_t k = 0; k < n; ++k) {
+    auto page = out.subspan(k * page_size_, page_size_);
+    if (XXH3_64bits(page.data(), page.size()) != run[k]->xxh3) {
+      results[k] = FillResult::kBadContent;
+      ++refused_;
+      bad = true;
+    } else {
+      results[k] = FillResult::kFilled;
+      ++filled_;
+    }
   }
-  if (!PreadAll(fd, out, static_cast<uint64_t>(it->page) * page_size_).ok()) {
-    ++refused_;
-    return FillResult::kReadError;
-  }
-  if (Sha256(out) != d) {
+  if (bad) {
     // Rewritten in place (mtime kept, or changed since the first use): this
     // file is not used again in this store's life.
     std::lock_guard lk(mu_);
-    stale_[it->file] = 1;
-    ++refused_;
-    return FillResult::kBadContent;
+    stale_[file] = 1;
   }
-  ++filled_;
-  return FillResult::kFilled;
 }
 
 }  // namespace gpumigrate

@@ -1,9 +1,9 @@
 // The content store's index file: a header, the files it covers, the entries
 // sorted by digest, and an XXH3-64 checksum of all that. Little-endian.
 //
-//   "GMCSTIDX" | u32 version (1) | u32 page size | u32 files | u64 entries
+//   "GMCSTIDX" | u32 version (2) | u32 page size | u32 files | u64 entries
 //   per file:  u32 path length | path | u64 size | i64 mtime (ns)
-//   per entry: 32-byte SHA-256 | u32 file | u32 page
+//   per entry: 32-byte SHA-256 | u64 XXH3-64 of the page | u32 file | u32 page
 //   u64 XXH3-64 of every byte before it
 #include <algorithm>
 #include <cstring>
@@ -17,7 +17,8 @@ namespace gpumigrate {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'M', 'C', 'S', 'T', 'I', 'D', 'X'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 1: entries without the XXH3 (rebuilt)
+constexpr uint64_t kEntryBytes = 48;
 constexpr uint32_t kMaxPath = 4096;
 
 class Writer {
@@ -90,9 +91,10 @@ std::vector<std::byte> EncodeContentIndex(uint32_t page_size, const std::vector<
     w.Int<uint64_t>(f.size);
     w.Int<int64_t>(f.mtime_ns);
   }
-  w.out.reserve(w.out.size() + entries.size() * 40 + 8);
+  w.out.reserve(w.out.size() + entries.size() * kEntryBytes + 8);
   for (const auto& e : entries) {
     w.Bytes(e.digest.data(), e.digest.size());
+    w.Int<uint64_t>(e.xxh3);
     w.Int<uint32_t>(e.file);
     w.Int<uint32_t>(e.page);
   }
@@ -134,7 +136,7 @@ Result<DecodedContentIndex> DecodeContentIndex(std::span<const std::byte> bytes,
     if (!SafeRelativePath(f.path)) return bad(at, fmt::format("file {}: path '{}' is not inside the store", i, f.path));
     out.files.push_back(std::move(f));
   }
-  if (nentries > r.left() / 40 || r.left() != nentries * 40) {
+  if (nentries > r.left() / kEntryBytes || r.left() != nentries * kEntryBytes) {
     return bad(r.pos(), fmt::format("{} entries do not fill the {} bytes left", nentries, r.left()));
   }
   out.entries.resize(nentries);
@@ -142,6 +144,7 @@ Result<DecodedContentIndex> DecodeContentIndex(std::span<const std::byte> bytes,
     const size_t at = r.pos();
     auto& e = out.entries[i];
     r.Bytes(e.digest.data(), e.digest.size());
+    r.Int(&e.xxh3);
     r.Int(&e.file);
     r.Int(&e.page);
     if (e.file >= out.files.size()) return bad(at, fmt::format("entry {}: file {} of {}", i, e.file, out.files.size()));

@@ -23,12 +23,20 @@ Result<std::unique_ptr<ContentFill>> ContentFill::Open(const std::string& dir, c
   return f;
 }
 
-bool ContentFill::Fill(uint32_t page_size, const ContentDigest& digest, std::span<std::byte> out) {
+thread_local std::vector<FillResult> ContentFill::results_;
+
+void ContentFill::FillRun(uint32_t page_size, std::span<const ContentDigest> digests, std::span<std::byte> out,
+                          std::vector<bool>& filled) {
+  filled.assign(digests.size(), false);
   auto it = stores_.find(page_size);
-  if (it == stores_.end() || it->second->Fill(digest, out) != FillResult::kFilled) return false;
-  filled_pages_.fetch_add(1);
-  filled_bytes_.fetch_add(out.size());
-  return true;
+  if (it == stores_.end()) return;
+  it->second->FillRun(digests, out, results_);
+  for (size_t k = 0; k < digests.size(); ++k) {
+    if (results_[k] != FillResult::kFilled) continue;
+    filled[k] = true;
+    filled_pages_.fetch_add(1);
+    filled_bytes_.fetch_add(page_size);
+  }
 }
 
 uint64_t ContentFill::indexed_pages() const {

@@ -23,8 +23,10 @@ class ContentFill {
   static Result<std::unique_ptr<ContentFill>> Open(const std::string& dir, const std::vector<RegionInfo>& regions,
                                                     const std::function<void(uint64_t)>& worked);
 
-  // Fills `out` (one page) with the page whose SHA-256 is `digest`.
-  bool Fill(uint32_t page_size, const ContentDigest& digest, std::span<std::byte> out);
+  // Fills `out` (digests.size() pages) with the pages whose SHA-256 are
+  // `digests`; filled[k] says whether page k was.
+  void FillRun(uint32_t page_size, std::span<const ContentDigest> digests, std::span<std::byte> out,
+               std::vector<bool>& filled);
 
   uint64_t indexed_pages() const;
   uint64_t filled_pages() const { return filled_pages_.load(); }
@@ -34,6 +36,7 @@ class ContentFill {
 
  private:
   std::map<uint32_t, std::unique_ptr<ContentStore>> stores_;  // by page size
+  static thread_local std::vector<FillResult> results_;
   std::atomic<uint64_t> filled_pages_{0}, filled_bytes_{0}, answered_{0};
 };
 

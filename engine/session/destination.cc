@@ -264,19 +264,24 @@ Status Destination::ApplyDigests(const wire::FrameHeader& h, std::span<const std
   a->set_region(r.id);
   a->set_first_page(first);
   a->set_pages(pages);
-  thread_local std::vector<std::byte> page;
-  page.resize(ps);
+  // Read from the store first, outside the page locks; then applied page by page.
+  thread_local std::vector<ContentDigest> want;
+  thread_local std::vector<std::byte> bytes;
+  thread_local std::vector<bool> filled;
+  want.resize(pages);
+  for (uint32_t k = 0; k < pages; ++k) std::memcpy(want[k].data(), digests.data() + size_t{k} * 32, 32);
+  bytes.resize(size_t{pages} * ps);
+  content_->FillRun(r.page_size, want, bytes, filled);
   for (uint32_t k = 0; k < pages; ++k) {
-    ContentDigest d;
-    std::memcpy(d.data(), digests.data() + size_t{k} * 32, 32);
-    const uint64_t pg = first + k;
-    std::lock_guard lk(stripes_[(pg ^ (uint64_t{idx} << 20)) % stripes_.size()]);
-    uint32_t& last = last_round_[idx][pg];
-    if (h.round + 1 < last) continue;  // a newer copy already arrived on another stream
-    if (!content_->Fill(r.page_size, d, page)) {
+    if (!filled[k]) {
       a->add_missed(k);
       continue;
     }
+    const uint64_t pg = first + k;
+    auto page = std::span<const std::byte>(bytes).subspan(size_t{k} * ps, ps);
+    std::lock_guard lk(stripes_[(pg ^ (uint64_t{idx} << 20)) % stripes_.size()]);
+    uint32_t& last = last_round_[idx][pg];
+    if (h.round + 1 < last) continue;  // a newer copy already arrived on another stream
     if (Status w = dev_.Write(r.id, pg * ps, page); !w.ok()) {
       device_failed_ = true;
       return w;

@@ -74,6 +74,10 @@ struct AgentConfig {
   Json host_entry;                // the planner's host entry (link, max_migrations, gpus, ...)
   int max_migrations = 1;         // migrations in and out at once
   std::string data_address;       // where receive listens ("" = the agent's listen address)
+  // "content_store": a directory of files this host holds (model weights): a
+  // receive fills the pages a source offers by SHA-256 from it (receive
+  // --content-store). "" = none.
+  std::string content_store;
   std::vector<VmRecord> vms;      // the VMs configured here at first start
   Json groups = Json::array();    // the planner's group entries
   std::map<std::string, GroupHooks> hooks;
@@ -87,7 +91,7 @@ struct AgentConfig {
 };
 
 // The configuration file (README "gpumigrate agent"): {"version": 1, "host":
-// {planner host entry}, "data_address": "...", "groups": [{planner group entry,
+// {planner host entry}, "data_address": "...", "content_store": "DIR", "groups": [{planner group entry,
 // "hooks": {"start_replica": [...], "drain": [...]}}], "power_off": [...],
 // "adopters": {...}, "vms": [{planner VM entry without "host", "device": "...",
 // "receive_device": "..."}]}. It is checked

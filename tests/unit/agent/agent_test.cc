@@ -521,6 +521,26 @@ TEST_F(AgentTest, ACancelledReceiveEndsAndFreesItsSlot) {
             std::string::npos);
 }
 
+// A host with a content store (its model weights): every receive fills the
+// pages a source offers by digest from it; a relative path is refused.
+TEST_F(AgentTest, AReceiveUsesTheHostsContentStore) {
+  Json cfg = Json::parse(kConfig);
+  Json in = Json::parse(kIncoming);
+  in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", in}})["ok"]);
+  EXPECT_EQ(After(children_.started[0].argv, "--content-store"), "") << "none configured, none passed";
+  End(children_, 0, 0, R"({"outcome": "completed", "verified": false})");
+  cfg["content_store"] = "/var/lib/models";
+  Reopen(cfg.dump());
+  ASSERT_TRUE(Call({{"op", "receive"}, {"vm", in}})["ok"]);
+  EXPECT_EQ(After(children_.started.back().argv, "--content-store"), "/var/lib/models");
+  cfg["content_store"] = "models";
+  auto bad = ParseAgentConfig(cfg.dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("content_store: 'models' is not an absolute path"), std::string::npos)
+      << bad.status().message();
+}
+
 TEST_F(AgentTest, AnUnverifiedOrSilentReceiveKeepsNothing) {
   Json in = Json::parse(kIncoming);
   in["inventory"] = {{"gpus", {1}}, {"profile", "passthrough"}, {"class", "inference"}};

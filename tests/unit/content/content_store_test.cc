@@ -80,7 +80,7 @@ TEST_F(ContentStoreTest, IndexesWholeNonZeroPagesAndFillsThem) {
   EXPECT_EQ(s->stats().zero_pages, 1u);
   EXPECT_EQ(s->stats().files_hashed, 2u);
   EXPECT_TRUE(s->stats().index_written);
-  EXPECT_EQ(s->stats().index_bytes_in_memory, 11u * 40u);
+  EXPECT_EQ(s->stats().index_bytes_in_memory, 11u * sizeof(ContentStore::Entry));
 
   std::vector<std::byte> out(kPage);
   for (uint64_t k : {0, 5, 7}) {
@@ -177,12 +177,12 @@ TEST_F(ContentStoreTest, ADamagedIndexIsRebuiltNotTrusted) {
   // content it does not hold.
   {
     std::fstream f(index, std::ios::binary | std::ios::in | std::ios::out);
-    f.seekp(static_cast<std::streamoff>(fs::file_size(index) - 8 - 40));
+    f.seekp(static_cast<std::streamoff>(fs::file_size(index) - 8 - 48));
     char c = 0;
     f.seekg(f.tellp());
     f.read(&c, 1);
     c ^= 0x10;
-    f.seekp(static_cast<std::streamoff>(fs::file_size(index) - 8 - 40));
+    f.seekp(static_cast<std::streamoff>(fs::file_size(index) - 8 - 48));
     f.write(&c, 1);
   }
   auto s = Open();
