@@ -2,10 +2,11 @@
 """Content-addressed pre-copy benchmark (issue 42), through the CLI a user runs:
 `receive` and `migrate` as two processes over PSK TLS on loopback.
 
-  perf/dedup.py path/to/gpumigrate [SIZES] [RUNS]
+  perf/dedup.py path/to/gpumigrate [SIZES] [RUNS] [CAP]
 
 SIZES: comma-separated sim sizes (default 1GiB,4GiB); RUNS: repetitions of each
-case (default 1). For each size, a sim:llm device (page 4 KiB) migrated three
+case (default 1); CAP: a rate cap for every migration (`migrate --bandwidth`,
+e.g. 250MB/s: a link slower than loopback), default none. For each size, a sim:llm device (page 4 KiB) migrated three
 ways in the same run:
   plain  the destination has no content store (the peer every figure is beside);
   held   its content store holds this model's weights (`content-store add`: the
@@ -29,6 +30,7 @@ import time
 gm = sys.argv[1]
 sizes = (sys.argv[2] if len(sys.argv) > 2 else "1GiB,4GiB").split(",")
 runs = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+cap = sys.argv[4] if len(sys.argv) > 4 else ""
 work = tempfile.mkdtemp(prefix="gm-dedup-perf-")
 env = dict(os.environ, GPUMIGRATE_CALIBRATION=os.path.join(work, "cal.json"))
 psk = os.path.join(work, "psk")
@@ -77,7 +79,7 @@ def migrate(dev, store):
     port = open(port_file).read().strip()
     t0 = time.monotonic()
     src = subprocess.run([gm, "migrate", "--device", dev, "--to", f"127.0.0.1:{port}", "--psk-file", psk,
-                          "--streams", "2", "--warmup", "200ms", "--json"],
+                          "--streams", "2", "--warmup", "200ms", "--json"] + (["--bandwidth", cap] if cap else []),
                          env=env, capture_output=True, text=True, timeout=900)
     wall = time.monotonic() - t0
     rout, _ = recv.communicate(timeout=300)
@@ -100,14 +102,14 @@ for size in sizes:
     for i in range(runs):
         for case, store in (("plain", None), ("held", held_store), ("other", other_store)):
             r = migrate(dev, store)
-            r.update({"size": size, "case": case, "run": i})
+            r.update({"size": size, "case": case, "run": i, "cap": cap or None})
             emit(r)
             cases[case].append(r)
     med = {c: {k: statistics.median(x[k] for x in rs) for k in ("bytes_sent", "round0_ms", "total_ms", "dedup_bytes")}
            for c, rs in cases.items()}
     weights_sent = max(0, weights - med["held"]["dedup_bytes"])
     summary = {
-        "size": size, "runs": runs, "weights_bytes": weights,
+        "size": size, "runs": runs, "cap": cap or None, "weights_bytes": weights,
         "held_weights_bytes_sent_fraction": round(weights_sent / weights, 4),
         "held_bytes_sent_vs_plain": round(med["held"]["bytes_sent"] / med["plain"]["bytes_sent"], 3),
         "held_round0_vs_plain": round(med["held"]["round0_ms"] / med["plain"]["round0_ms"], 3),
