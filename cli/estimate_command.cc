@@ -98,6 +98,10 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
   c->add_option("--qemu-dirty-sample", f.qemu_dirty_sample,
                 "With --qemu: how long QEMU samples the guest's RAM dirty rate (whole seconds)")
       ->capture_default_str();
+  c->add_option("--content-store-hint", f.content_store_hint,
+                "What the destination's content store holds (receive --content-store): 'static' (every static "
+                "region, the weights), or REGION=SHARE,... (e.g. weights=1,kv_cache=0.1): round 0 offers those pages "
+                "by SHA-256 instead of sending them");
   c->add_flag("--json", f.json, "Print one JSON object on stdout");
   return c;
 }
@@ -119,6 +123,32 @@ Result<ProjectedSize> ParseProjectedSize(const std::string& text) {
 }
 
 namespace {
+
+// "static" | "NAME[=SHARE][,NAME[=SHARE]...]" (SHARE 0..1, default 1).
+Result<std::map<std::string, double>> ParseContentHint(const std::string& text) {
+  std::map<std::string, double> hint;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    double share = 1;
+    if (eq != std::string::npos) {
+      auto v = ParseDouble(item.substr(eq + 1));
+      if (!v.ok() || *v < 0 || *v > 1) {
+        return InvalidArgument(fmt::format("--content-store-hint {}: '{}' is not a share between 0 and 1", text,
+                                           item.substr(eq + 1)));
+      }
+      share = *v;
+    }
+    if (name.empty()) return InvalidArgument(fmt::format("--content-store-hint {}: an empty region name", text));
+    hint[name] = share;
+    start = end + 1;
+  }
+  return hint;
+}
 
 Status SetProjection(const EstimateFlags& f, EstimateOptions& o) {
   using M = WorkloadProjection::Mode;
@@ -186,6 +216,9 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
   GM_ASSIGN_OR_RETURN(o.codec, ParseCodecChoice(f.codec));
   o.sample.codec_level = o.codec.level;
   if (!f.project.empty()) GM_RETURN_IF_ERROR(SetProjection(f, o));
+  if (!f.content_store_hint.empty()) {
+    GM_ASSIGN_OR_RETURN(o.content_store_hint, ParseContentHint(f.content_store_hint));
+  }
   if (f.project_table && !o.project) return InvalidArgument("--project-table needs --project SIZE (per GPU)");
   if ((f.project_per_gpu || !f.kv_rate_per_gpu.empty()) && !o.project) {
     return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
@@ -375,6 +408,15 @@ int RunEstimate(const EstimateFlags& f) {
   if (!dev.ok()) {
     Print(stderr, "gpumigrate estimate: {}\n", dev.status().message());
     return 2;
+  }
+  if (!opts->content_store_hint.empty()) {
+    // Names checked against the device before anything is measured: a usage error.
+    DeviceProfile shape;
+    for (const RegionInfo& r : dev->device->Regions()) shape.regions.push_back(RegionProfile{.info = r});
+    if (Status s = ApplyContentHint(opts->content_store_hint, shape); !s.ok()) {
+      Print(stderr, "gpumigrate estimate: {}\n", s.message());
+      return 2;
+    }
   }
   if (!f.project_table) {
     if (Status s = AttachPathCalibration(f.transport, f.streams, *opts); !s.ok()) {

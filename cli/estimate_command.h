@@ -43,6 +43,7 @@ struct EstimateFlags {
   bool json = false;
   std::string qemu;                 // --qemu SRC.qmp: the VM whose device memory --device shm:PATH is
   std::string qemu_dirty_sample = "1s";
+  std::string content_store_hint;   // "static", "static=0.9", "weights=1,kv_cache=0.1"
 };
 
 CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& flags);

@@ -224,6 +224,20 @@ Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const 
   if (o.project) {
     GM_ASSIGN_OR_RETURN(r.modelled, ProjectWorkload(r.measured, o.workload, &r.assumptions));
   }
+  if (!o.content_store_hint.empty()) {
+    GM_RETURN_IF_ERROR(ApplyContentHint(o.content_store_hint, r.modelled));
+    r.modelled.offer_bytes_per_s = r.measured.offer_bytes_per_s;
+    for (const RegionProfile& rp : r.modelled.regions) {
+      if (rp.held_fraction <= 0) continue;
+      r.assumptions.push_back(fmt::format(
+          "the destination's content store holds {:.0f}% of region {}'s non-zero pages (--content-store-hint): round 0 "
+          "offers them by SHA-256 (32 bytes a page) instead of sending them{}",
+          rp.held_fraction * 100, rp.info.name,
+          r.modelled.offer_bytes_per_s > 0
+              ? fmt::format(", reading and hashing them at {} (measured now)", FormatRate(r.modelled.offer_bytes_per_s))
+              : std::string(", at no cost (the offer's rate was not measured)")));
+    }
+  }
   ModelParams& p = r.params;
   r.pipeline_bytes_per_s = cal.inprocess_bytes_per_s;
   p.fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(cal.fixed_cost_ms * 1e6));
@@ -268,6 +282,10 @@ Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const 
 Result<EstimateReport> EstimateDevice(Device& device, const EstimateOptions& o, Clock& clock) {
   GM_ASSIGN_OR_RETURN(Calibration cal, LoadOrCalibrate(o.recalibrate));
   GM_ASSIGN_OR_RETURN(DeviceProfile measured, ProfileDevice(device, o.sample, clock));
+  if (!o.content_store_hint.empty()) {
+    GM_RETURN_IF_ERROR(ApplyContentHint(o.content_store_hint, measured));
+    GM_ASSIGN_OR_RETURN(measured.offer_bytes_per_s, MeasureOfferRate(device, measured, clock));
+  }
   return EstimateFromProfile(measured, o, cal);
 }
 
@@ -349,6 +367,7 @@ std::string EstimateToJson(const EstimateReport& r) {
                        {"name", rp.info.name},
                        {"size_bytes", rp.info.size_bytes},
                        {"nonzero_fraction", rp.nonzero_fraction},
+                       {"held_fraction", rp.held_fraction},
                        {"codec", rp.codec},
                        {"compression_ratio", rp.compression_ratio},
                        {"sampled_zstd_ratio", rp.codecs.zstd_ratio},
@@ -360,6 +379,7 @@ std::string EstimateToJson(const EstimateReport& r) {
                        {"dirty_working_set", w}});
   }
   j["regions"] = regions;
+  if (r.modelled.offer_bytes_per_s > 0) j["offer_bytes_per_s"] = std::llround(r.modelled.offer_bytes_per_s);
   if (beside) {
     const BesideMemory& b = r.params.beside;
     j["beside"] = {{"name", b.name},

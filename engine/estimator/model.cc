@@ -31,15 +31,28 @@ double DirtyWireBytes(const DeviceProfile& p, double t, WorkingSetCurve::Bound b
 
 double EngineBandwidth(const std::vector<PredictedRound>& rounds) {
   return RecentBandwidth(
-      rounds, [](const PredictedRound& r) { return r.bytes; }, [](const PredictedRound& r) { return r.seconds; });
+      rounds, [](const PredictedRound& r) { return r.bytes; },
+      [](const PredictedRound& r) { return std::max(0.0, r.seconds - r.offer_seconds); });
 }
 
+// Round 0's bytes on the wire: every non-zero page, but those the destination's
+// content store holds go as a 32-byte SHA-256 each.
 double Round0WireBytes(const DeviceProfile& p) {
   double round0 = 0;
   for (const auto& r : p.regions) {
-    round0 += static_cast<double>(r.info.size_bytes) * r.nonzero_fraction / r.compression_ratio;
+    const double nonzero = static_cast<double>(r.info.size_bytes) * r.nonzero_fraction;
+    round0 += nonzero * (1 - r.held_fraction) / r.compression_ratio;
+    round0 += nonzero * r.held_fraction / r.info.page_size * 32;
   }
   return round0;
+}
+
+// Round 0's time reading and hashing the pages it offers by digest.
+double Round0OfferSeconds(const DeviceProfile& p) {
+  if (p.offer_bytes_per_s <= 0) return 0;
+  double held = 0;
+  for (const auto& r : p.regions) held += static_cast<double>(r.info.size_bytes) * r.nonzero_fraction * r.held_fraction;
+  return held / p.offer_bytes_per_s;
 }
 
 struct Forced {
@@ -78,7 +91,8 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
     // finish mid-round. Round 0 (the device's bulk) has the link to itself.
     const bool beside = mover_start >= 0;
     const double device_rate = beside ? bw * (1 - share) : bw, ram_rate = bw * share;
-    const double t_dev = device_bytes / device_rate, t_ram = beside ? left / ram_rate : t_dev + 1;
+    const double offer_s = round == 0 ? Round0OfferSeconds(p) : 0.0;  // round 0 alone offers by digest
+    const double t_dev = device_bytes / device_rate + offer_s, t_ram = beside ? left / ram_rate : t_dev + 1;
     double secs = t_dev;
     const bool paused = beside && t_ram <= t_dev;
     if (paused) {
@@ -88,7 +102,7 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
       left -= ram_rate * t_dev;
     }
     const double round_start = elapsed;
-    run.rounds.push_back({round, paused ? device_rate * t_ram : device_bytes, secs});
+    run.rounds.push_back({round, paused ? device_rate * t_ram : device_bytes, secs, offer_s});
     elapsed += secs;
     if (!beside) mover_start = elapsed;
     in.bandwidth_bytes_per_s = EngineBandwidth(run.rounds);
@@ -184,8 +198,9 @@ ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, Workin
   which = std::clamp(which, 0, 2);
   const PathTiming& path = params.path;
   const double round0 = Round0WireBytes(p);
-  double t = bw > 0 ? round0 / bw + path.round0_startup_s : INFINITY;
-  run.rounds.push_back({0, round0, t});
+  const double offer_s = Round0OfferSeconds(p);
+  double t = bw > 0 ? round0 / bw + offer_s + path.round0_startup_s : INFINITY;
+  run.rounds.push_back({0, round0, t, offer_s});
   double elapsed = t;
   PolicyInput in;
   in.device_state_bytes = p.device_state_bytes;

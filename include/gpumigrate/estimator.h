@@ -18,6 +18,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <cstdint>
 #include <string>
@@ -53,6 +54,9 @@ struct RegionProfile {
   CodecSample codecs;              // sampled ratios and speeds of each codec
   std::string codec = "none";      // the codec the model assumes for this region
   WorkingSetCurve dirty;
+  // Of its non-zero pages, the share the destination's content store holds
+  // (estimate --content-store-hint): offered by SHA-256 in round 0, not sent.
+  double held_fraction = 0;
 };
 
 struct DeviceProfile {
@@ -61,6 +65,10 @@ struct DeviceProfile {
   uint64_t device_state_bytes = 0;
   double sample_s = 0;
   uint32_t syncs = 0;
+  // How fast the source reads and SHA-256-hashes pages it offers by digest
+  // (MeasureOfferRate; 0 when no region is held): round 0 spends
+  // held bytes / this on them, beside sending the rest.
+  double offer_bytes_per_s = 0;
 };
 
 struct SampleOptions {
@@ -139,6 +147,9 @@ struct PredictedRound {
   uint32_t round = 0;
   double bytes = 0;
   double seconds = 0;
+  // Of `seconds`, reading and hashing pages offered by digest: left out of the
+  // rounds' bandwidth as the engine leaves RoundReport::offer_ms out.
+  double offer_seconds = 0;
 };
 
 struct ModelRun {
@@ -208,7 +219,18 @@ struct EstimateOptions {
   // measured across two processes; else the in-process calibration's.
   std::optional<PathCalibration> path;
   bool path_measured_now = false;
+  // --content-store-hint: region name (or "static": every static region) to
+  // the share of its non-zero pages the destination's content store holds.
+  std::map<std::string, double> content_store_hint;
 };
+
+// Sets each region's held_fraction from a --content-store-hint map; an unknown
+// region name is InvalidArgument naming the regions there are.
+Status ApplyContentHint(const std::map<std::string, double>& hint, DeviceProfile& profile);
+// Reads and SHA-256-hashes up to `max_bytes` of the held regions' pages, as the
+// source does for pages it offers: bytes per second.
+Result<double> MeasureOfferRate(Device& device, const DeviceProfile& profile, Clock& clock,
+                                uint64_t max_bytes = 64ull << 20);
 
 struct EstimateReport {
   DeviceProfile measured;

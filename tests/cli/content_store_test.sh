@@ -72,7 +72,23 @@ contains "a damaged index is rebuilt and says why" "$tmp/index.err" "was not use
 "$bin" content-store index "$tmp/store" --page-size 16KiB >"$tmp/index2.out" 2>&1
 contains "the rebuilt index is used as it is" "$tmp/index2.out" "0 files hashed now"
 
-# 6. Usage errors.
+# 6. The estimate knows what the destination holds (--content-store-hint): the
+#    weights cost their digests in round 0, and the time to read and hash them.
+export GPUMIGRATE_CALIBRATION="$tmp/calibration.json" GPUMIGRATE_PATH_CALIBRATION_SIZE=24MiB
+timeout 300 "$bin" estimate --device "$dev" --sample 300ms --warmup 50ms --json >"$tmp/est.json" 2>"$tmp/est.err"
+check "estimate without a hint" 0 $?
+timeout 300 "$bin" estimate --device "$dev" --sample 300ms --warmup 50ms --content-store-hint static --json \
+  >"$tmp/esth.json" 2>"$tmp/esth.err"
+check "estimate --content-store-hint static" 0 $?
+json_check "$tmp/esth.json" 'r["regions"][0]["name"] == "weights" and r["regions"][0]["held_fraction"] == 1 and r["offer_bytes_per_s"] > 0' \
+  "the hint holds the weights and the offer's rate was measured"
+json_check "$tmp/esth.json" 'any("content store holds 100% of region weights" in a for a in r["assumptions"])' \
+  "the estimate says what it assumed"
+"$bin" estimate --device "$dev" --content-store-hint nosuch >"$tmp/esth2.err" 2>&1; check "a hint naming no region" 2 $?
+contains "the hint's error names the regions" "$tmp/esth2.err" "no region 'nosuch' (the regions: weights, kv_cache"
+"$bin" estimate --device "$dev" --content-store-hint weights=2 >"$tmp/esth3.err" 2>&1; check "a share above 1" 2 $?
+
+# 7. Usage errors.
 "$bin" content-store index "$tmp/nonexistent" >"$tmp/u1.err" 2>&1; check "index of a missing directory" 2 $?
 "$bin" content-store index "$tmp/store" --page-size 1000 >"$tmp/u2.err" 2>&1; check "a page size that is no power of two" 2 $?
 contains "the page size error says why" "$tmp/u2.err" "power of two"

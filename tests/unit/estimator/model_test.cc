@@ -81,6 +81,48 @@ TEST(Model, SaturatingHotSetConvergesAfterRoundZero) {
   EXPECT_TRUE(m.switches);
 }
 
+// The same device, its weights held by the destination's content store
+// (--content-store-hint), offered at 2 GB/s: round 0 sends the hot set and one
+// 32-byte digest per 4096-byte weights page (7.8125 MB), and spends 0.5 s
+// reading and hashing the weights: 107.8125 MB in 0.1078 s + 0.5 s. The rounds'
+// bandwidth leaves the offer's time out, as the engine does.
+TEST(Model, WeightsTheDestinationHoldsCostTheirDigestsAndTheOffersTime) {
+  DeviceProfile p;
+  p.regions.push_back(Region(0, 1000e6, 1.0, Curve({0.01, 1}, {0, 0})));
+  p.regions.push_back(Region(1, 100e6, 1.0, Curve({0.01, 0.1}, {10e6, 100e6})));
+  p.regions[0].held_fraction = 1.0;
+  p.offer_bytes_per_s = 2e9;
+  ModelRun m = RunModel(p, Params(1e9), B::kMid, 1e9);
+  ASSERT_GE(m.rounds.size(), 1u);
+  EXPECT_NEAR(m.rounds[0].bytes, 100e6 + 1000e6 / 4096 * 32, 1);
+  EXPECT_NEAR(m.rounds[0].offer_seconds, 0.5, 1e-9);
+  EXPECT_NEAR(m.rounds[0].seconds, 0.1078125 + 0.5, 1e-9);
+  EXPECT_NEAR(m.final_bytes, 100e6, 1);  // 0.61 s dirties the whole hot set
+  EXPECT_NEAR(m.stun_ms, 102.0, 1e-6) << "the stun is predicted at the link's rate, not diluted by the offer";
+
+  // Held half: half the weights' bytes go, half are offered.
+  p.regions[0].held_fraction = 0.5;
+  ModelRun half = RunModel(p, Params(1e9), B::kMid, 1e9);
+  EXPECT_NEAR(half.rounds[0].bytes, 100e6 + 500e6 + 500e6 / 4096 * 32, 1);
+  EXPECT_NEAR(half.rounds[0].offer_seconds, 0.25, 1e-9);
+}
+
+TEST(ContentHint, SetsHeldSharesByRegionOrStaticAndNamesAnUnknownRegion) {
+  DeviceProfile p;
+  p.regions.push_back(Region(0, 1000e6, 1.0, Curve({0.01, 1}, {0, 0})));
+  p.regions.push_back(Region(1, 100e6, 1.0, Curve({0.01, 1}, {0, 0})));
+  p.regions[0].info.hint = RegionHint::kStatic;
+  ASSERT_TRUE(ApplyContentHint({{"static", 1.0}}, p).ok());
+  EXPECT_EQ(p.regions[0].held_fraction, 1.0);
+  EXPECT_EQ(p.regions[1].held_fraction, 0.0);
+  ASSERT_TRUE(ApplyContentHint({{"r1", 0.25}}, p).ok());
+  EXPECT_EQ(p.regions[1].held_fraction, 0.25);
+  Status bad = ApplyContentHint({{"weights", 1.0}}, p);
+  EXPECT_NE(bad.message().find("no region 'weights' (the regions: r0, r1; or 'static')"), std::string::npos)
+      << bad.message();
+  EXPECT_FALSE(ApplyContentHint({{"r0", 1.5}}, p).ok());
+}
+
 // A KV cache appending 200 MB/s, 1 GB of it non-zero, link 1 GB/s, target 50 ms:
 // round 0: 1 GB in 1 s -> 200 MB dirty (stun 202 ms, continue);
 // round 1: 200 MB in 0.2 s -> 40 MB dirty (stun 42 ms, switch).
