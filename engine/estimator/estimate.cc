@@ -366,6 +366,8 @@ std::string EstimateToJson(const EstimateReport& r) {
     regions.push_back({{"id", rp.info.id},
                        {"name", rp.info.name},
                        {"size_bytes", rp.info.size_bytes},
+                       {"page_size", rp.info.page_size},
+                       {"hint", std::string(RegionHintName(rp.info.hint))},
                        {"nonzero_fraction", rp.nonzero_fraction},
                        {"held_fraction", rp.held_fraction},
                        {"codec", rp.codec},

@@ -42,7 +42,7 @@ double Round0WireBytes(const DeviceProfile& p) {
   for (const auto& r : p.regions) {
     const double nonzero = static_cast<double>(r.info.size_bytes) * r.nonzero_fraction;
     round0 += nonzero * (1 - r.held_fraction) / r.compression_ratio;
-    round0 += nonzero * r.held_fraction / r.info.page_size * 32;
+    round0 += nonzero * r.held_fraction / (r.info.page_size > 0 ? r.info.page_size : 4096) * 32;
   }
   return round0;
 }

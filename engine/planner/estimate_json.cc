@@ -21,6 +21,14 @@ Result<RegionProfile> ParseRegion(const Json& r, const std::string& path) {
   GM_ASSIGN_OR_RETURN(double nz, Required(ReadNumber(r, "nonzero_fraction", path, 0), Child(path, "nonzero_fraction")));
   if (nz > 1) return KeyError(Child(path, "nonzero_fraction"), fmt::format("{} is more than 1", nz));
   rp.nonzero_fraction = nz;
+  GM_ASSIGN_OR_RETURN(auto page, ReadInt(r, "page_size", path, 1, UINT32_MAX));
+  rp.info.page_size = static_cast<uint32_t>(page.value_or(4096));
+  GM_ASSIGN_OR_RETURN(auto hint, ReadString(r, "hint", path));
+  // Estimates from before the key have none: their regions are not known static.
+  rp.info.hint = hint == "static" ? RegionHint::kStatic : hint == "dynamic" ? RegionHint::kDynamic : RegionHint::kUnknown;
+  GM_ASSIGN_OR_RETURN(auto held, ReadNumber(r, "held_fraction", path, 0));
+  if (held && *held > 1) return KeyError(Child(path, "held_fraction"), fmt::format("{} is more than 1", *held));
+  rp.held_fraction = held.value_or(0);
   GM_ASSIGN_OR_RETURN(auto ratio, ReadNumber(r, "compression_ratio", path, 0));
   if (ratio && *ratio <= 0) return KeyError(Child(path, "compression_ratio"), "must be more than 0");
   rp.compression_ratio = ratio.value_or(1.0);
@@ -107,6 +115,8 @@ Result<VmEstimate> ParseVmEstimate(const Json& e, const std::string& path) {
   if (target) est.params.downtime_target = Ms(*target);
   if (rounds) est.params.max_rounds = static_cast<uint32_t>(*rounds);
   est.pipeline_bytes_per_s = pipe.value_or(0);
+  GM_ASSIGN_OR_RETURN(auto offer, ReadNumber(e, "offer_bytes_per_s", path, 0));
+  p.offer_bytes_per_s = offer.value_or(0);
   est.profile = std::move(p);
   return est;
 }

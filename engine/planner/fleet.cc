@@ -34,6 +34,9 @@ SlotNeed NeedOf(const Inventory& inv, const Vm& vm) {
   n.vgpu_bytes = vm.bytes_per_gpu;
   n.gpus = static_cast<uint32_t>(vm.gpus.size());
   n.group = vm.group;
+  if (!vm.model.empty()) {
+    for (const Host& t : inv.hosts) n.holds.push_back(t.Holds(vm.model) ? 1 : 0);
+  }
   return n;
 }
 

@@ -35,6 +35,10 @@ struct SlotNeed {
   // that host's link, alone on it, is within its max stun). Empty: every target.
   std::vector<uint8_t> target_ok;
   bool TargetOk(uint32_t host) const { return target_ok.empty() || target_ok[host]; }
+  // Per host: whether its content store holds the VM's weights (Host::models):
+  // preferred where capacity allows. Empty: none does.
+  std::vector<uint8_t> holds;
+  bool Holds(uint32_t host) const { return !holds.empty() && holds[host]; }
   std::string Describe() const;     // "H100-80GB GPU with a free 3g.40gb start slice" (no article)
 };
 

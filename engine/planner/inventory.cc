@@ -93,6 +93,14 @@ Result<Host> ParseHost(const Json& h, const std::string& path) {
   host.maintenance = maint.value_or(false);
   GM_ASSIGN_OR_RETURN(auto agent, ReadString(h, "agent", path));
   host.agent = agent.value_or("");
+  const Json& models = Get(h, "models");
+  if (!models.is_null() && !models.is_array()) return KeyError(Child(path, "models"), "expected an array of model names");
+  for (size_t i = 0; models.is_array() && i < models.size(); ++i) {
+    if (!models[i].is_string() || models[i].get<std::string>().empty()) {
+      return KeyError(fmt::format("{}[{}]", Child(path, "models"), i), "expected a model name (a non-empty string)");
+    }
+    host.models.insert(models[i].get<std::string>());
+  }
   const std::string gpath = Child(path, "gpus");
   const Json& gpus = Get(h, "gpus");
   if (!gpus.is_array() && !gpus.is_null()) return KeyError(gpath, "expected an array of GPUs");
@@ -313,6 +321,8 @@ Status ParseVmRest(const Json& v, const std::string& path, const Inventory& inv,
     if (!inv.FindGroup(*group)) return KeyError(Child(path, "group"), fmt::format("unknown group '{}'", *group));
     vm.group = *group;
   }
+  GM_ASSIGN_OR_RETURN(auto model, ReadString(v, "model", path));
+  vm.model = model.value_or("");
   GM_ASSIGN_OR_RETURN(auto uvm, ReadBool(v, "uvm", path));
   vm.uvm = uvm.value_or(false);
   if (vm.kind == SlotKind::kVgpu && vm.gpus.size() > 1 && !vm.uvm) {

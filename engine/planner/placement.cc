@@ -43,7 +43,7 @@ class Search {
     host_class_.assign(nhosts, 0);
     for (uint32_t h = 0; h < nhosts; ++h) {
       std::string sig(needs.size(), '0');
-      for (size_t i = 0; i < needs.size(); ++i) sig[i] = needs[i].TargetOk(h) ? '1' : '0';
+      for (size_t i = 0; i < needs.size(); ++i) sig[i] = static_cast<char>('0' + (needs[i].TargetOk(h) ? 1 : 0) + (needs[i].Holds(h) ? 2 : 0));
       host_class_[h] = classes.emplace(std::move(sig), classes.size()).first->second;
     }
   }
@@ -75,6 +75,7 @@ class Search {
   Score BaseScore(const SlotNeed& n, uint32_t host) const {
     Score s{};
     s[0] = n.group.empty() ? 0 : fleet_.GroupCount(host, n.group);
+    s[7] = n.Holds(host) ? 0 : 1;  // a target that holds the VM's weights: they need not cross the link
     s[8] = -static_cast<int64_t>(fleet_.inventory().hosts[host].link_bytes_per_s / 1e6);
     s[9] = fleet_.Placed(host);
     s[10] = host;

@@ -163,7 +163,8 @@ class Planner {
   }
 
   StunAt StunAlone(const Work& w, uint32_t h) const {
-    return PredictStunAt(*w.vm, std::min(source().link_bytes_per_s, inv_.hosts[h].link_bytes_per_s), w.max_stun);
+    return PredictStunAt(*w.vm, std::min(source().link_bytes_per_s, inv_.hosts[h].link_bytes_per_s), w.max_stun,
+                         inv_.hosts[h].Holds(w.vm->model));
   }
 
   // The targets with w's model that its stun rules out: "slow (120 s at 25 Gbit)".
@@ -359,7 +360,7 @@ class Planner {
       const Host& t = inv_.hosts[w.slot->host];
       double pair = std::min(source().link_bytes_per_s / std::min(2u, source().max_migrations),
                              t.link_bytes_per_s / std::min({2u, t.max_migrations, source().max_migrations}));
-      w.at = PredictStunAt(*w.vm, pair, w.max_stun);
+      w.at = PredictStunAt(*w.vm, pair, w.max_stun, t.Holds(w.vm->model));
       w.alone = w.at.stun_ms > w.max_stun_ms && pair < AloneBandwidth(w);
       w.pair_bw = pair;
       w.pair_stun_ms = w.at.stun_ms;
@@ -380,9 +381,10 @@ class Planner {
         job.max_stun_ms = static_cast<int64_t>(std::floor(w.max_stun_ms));
         const Vm* vm = w.vm;
         std::chrono::nanoseconds max_stun = w.max_stun;
+        const bool holds = inv_.hosts[job.target].Holds(vm->model);
         const int64_t overhead = CeilMs(std::chrono::duration<double, std::milli>(inv_.policy.migration_overhead).count());
-        job.at = [vm, max_stun, overhead](double bw) {
-          StunAt a = PredictStunAt(*vm, bw, max_stun);
+        job.at = [vm, max_stun, overhead, holds](double bw) {
+          StunAt a = PredictStunAt(*vm, bw, max_stun, holds);
           // A third of the overhead before the transfer (processes starting), the
           // rest after it (the source's process ending, the target's receive finishing).
           return Timed{CeilMs(a.total_ms) + overhead, CeilMs(a.stun_ms), a.final_bytes, a.fixed_ms, overhead / 3,
@@ -417,7 +419,7 @@ class Planner {
       w.shared_with = jt.shared_with;
       w.final_bw = jt.final_bandwidth_bytes_per_s;
       w.final_shared_with = jt.final_shared_with;
-      w.at = PredictStunAt(*w.vm, w.bw, w.max_stun);
+      w.at = PredictStunAt(*w.vm, w.bw, w.max_stun, inv_.hosts[w.slot->host].Holds(w.vm->model));
       w.at.stun_ms = static_cast<double>(jt.t.stun_ms);  // the text says what the JSON does
     }
     return sched;

@@ -11,13 +11,16 @@
 
 namespace gpumigrate::planner {
 
-StunAt PredictStunAt(const Vm& vm, double bw, std::chrono::nanoseconds max_stun) {
+StunAt PredictStunAt(const Vm& vm, double bw, std::chrono::nanoseconds max_stun, bool target_holds) {
   const VmEstimate& e = vm.estimate;
   StunAt out;
   if (e.present && e.profile) {
     out.basis = "profile";
     double rate = e.pipeline_bytes_per_s > 0 ? std::min(bw, e.pipeline_bytes_per_s) : bw;
     DeviceProfile p = *e.profile;
+    if (target_holds) {
+      for (RegionProfile& r : p.regions) r.held_fraction = r.info.hint == RegionHint::kStatic ? 1.0 : r.held_fraction;
+    }
     for (RegionProfile& r : p.regions) {
       const CodecInfo* c = FindCodecByName(r.codec);
       bool measured = false;  // any codec's speed: estimates made with --codec none sample none

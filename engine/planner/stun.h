@@ -28,7 +28,12 @@ struct StunAt {
   double fixed_ms = 0;
 };
 
-StunAt PredictStunAt(const Vm& vm, double bandwidth_bytes_per_s, std::chrono::nanoseconds max_stun);
+// `target_holds`: the target's content store holds the VM's weights (Host::
+// Holds): with a measured profile, its static regions go as digests in round 0
+// (at the offer rate the estimate measured, when it did: estimate
+// --content-store-hint), as `estimate --content-store-hint static` models them.
+StunAt PredictStunAt(const Vm& vm, double bandwidth_bytes_per_s, std::chrono::nanoseconds max_stun,
+                     bool target_holds = false);
 
 // "from the measured profile", "scaled from the estimate at 100 Gbit", "no
 // estimate: stop-and-copy of its 40 GB frame buffer".

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,10 @@ struct Host {
   bool maintenance = false;
   std::string agent;
   std::vector<Gpu> gpus;
+  // "models": the weights its content store holds (receive --content-store),
+  // by name: a VM whose "model" is one of them moves there without sending them.
+  std::set<std::string> models;
+  bool Holds(const std::string& model) const { return !model.empty() && models.count(model) > 0; }
 };
 
 struct Group {
@@ -83,6 +88,7 @@ struct Vm {
   bool uvm_implied = false;
   VmEstimate estimate;
   std::optional<std::chrono::nanoseconds> max_stun;  // overrides the policy
+  std::string model;  // "model": the weights it serves (matched with hosts' "models"); empty: none said
 };
 
 struct Policy {

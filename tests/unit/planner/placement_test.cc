@@ -55,6 +55,45 @@ TEST(PlannerPlacement, FillsAUsedGpuBeforeOpeningAnEmptyOne) {
   EXPECT_EQ(small.to->placement, 4u);
 }
 
+// A target whose content store holds the VM's weights is preferred where it
+// fits; where it does not, the VM goes elsewhere as before.
+TEST(PlannerPlacement, PrefersATargetThatHoldsTheVmsWeights) {
+  J vm = Small("chat", "gpu-a", {0}, "3g.40gb", 0);
+  vm["model"] = "llama-3-70b";
+  J holder = MigHost("gpu-c", 1);
+  holder["models"] = J::array({"llama-3-70b", "mistral-7b"});
+  Plan p = PlanOf(Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1), holder}), J::array({vm})), "gpu-a");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  EXPECT_EQ(ActionOf(p, "chat").to->host, "gpu-c");
+  // Without the model said, the first equal target.
+  J anon = Small("chat", "gpu-a", {0}, "3g.40gb", 0);
+  p = PlanOf(Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1), holder}), J::array({anon})), "gpu-a");
+  EXPECT_EQ(ActionOf(p, "chat").to->host, "gpu-b");
+  // The holder full: the VM still moves, to gpu-b.
+  p = PlanOf(Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1), holder}),
+                 J::array({vm, Small("full", "gpu-c", {0}, "7g.80gb", 0)})),
+             "gpu-a");
+  ASSERT_TRUE(p.feasible) << p.reason;
+  EXPECT_EQ(ActionOf(p, "chat").to->host, "gpu-b");
+}
+
+TEST(PlannerPlacement, HostModelsMustBeNamesAndAVmModelAString) {
+  J host = MigHost("gpu-b", 1);
+  host["models"] = J::array({"llama", ""});
+  auto bad = ParseInventory(Inv(J::array({MigHost("gpu-a", 1), host}), J::array()).dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Has(bad.status().message(), "hosts[1].models[1]: expected a model name")) << bad.status().message();
+  host["models"] = "llama";
+  bad = ParseInventory(Inv(J::array({MigHost("gpu-a", 1), host}), J::array()).dump());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(Has(bad.status().message(), "expected an array of model names")) << bad.status().message();
+  host["models"] = J::array({"llama"});
+  auto ok = ParseInventory(Inv(J::array({MigHost("gpu-a", 1), host}), J::array()).dump());
+  ASSERT_TRUE(ok.ok()) << ok.status().message();
+  EXPECT_TRUE(ok->hosts[1].Holds("llama"));
+  EXPECT_FALSE(ok->hosts[1].Holds(""));
+}
+
 TEST(PlannerPlacement, ValidStartsOnly) {
   // Slices 0-1 and 3 used on the only target GPU: a 2g.20gb may start at 4 (not 2).
   J inv = Inv(J::array({MigHost("gpu-a", 1), MigHost("gpu-b", 1)}),

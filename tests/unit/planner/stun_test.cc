@@ -53,6 +53,29 @@ TEST(PlannerStun, ProfileReRunsTheEnginesModelAtTheShare) {
   EXPECT_DOUBLE_EQ(half.stun_ms, run.stun_ms);
 }
 
+// A target whose content store holds the VM's weights (host "models", VM
+// "model"): the static regions go as 32-byte digests, at the offer rate the
+// estimate measured; the estimate's own held shares are kept for other targets.
+TEST(PlannerStun, ATargetHoldingTheWeightsIsModelledWithoutSendingThem) {
+  J est = ProfileEstimate();
+  est["regions"][0]["hint"] = "static";
+  est["regions"][0]["page_size"] = 4096;
+  est["offer_bytes_per_s"] = 2e9;
+  Vm vm = ParseOne(est);
+  ASSERT_TRUE(vm.estimate.profile.has_value());
+  EXPECT_EQ(vm.estimate.profile->regions[0].info.hint, RegionHint::kStatic);
+  EXPECT_EQ(vm.estimate.profile->offer_bytes_per_s, 2e9);
+  const double bw = 12.5e9;  // 100 Gbit
+  StunAt plain = PredictStunAt(vm, bw, 100s);
+  StunAt held = PredictStunAt(vm, bw, 100s, /*target_holds=*/true);
+  // Round 0: 35 GB at 12.5 GB/s (2.8 s) plain; held: 5 GB + 30 GB / 4096 x 32 at
+  // 12.5 GB/s plus 30 GB hashed at 2 GB/s (15 s): at 100 Gbit hashing on one
+  // core costs more than sending.
+  EXPECT_GT(held.total_ms, plain.total_ms);
+  // On a 10 Gbit link (1.25 GB/s) sending 30 GB takes 24 s: holding them pays.
+  EXPECT_LT(PredictStunAt(vm, 1.25e9, 100s, true).total_ms, PredictStunAt(vm, 1.25e9, 100s).total_ms);
+}
+
 TEST(PlannerStun, WithoutAProfileTheEstimateScalesWithTheLink) {
   Vm vm = ParseOne(Est(8000, 40000, "100Gbit"));
   StunAt half = PredictStunAt(vm, 6.25e9, 100s);
