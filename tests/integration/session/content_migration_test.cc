@@ -78,6 +78,28 @@ class ContentMigration : public ::testing::Test {
     return run;
   }
 
+  // Indexes the store, then overwrites one MiB in every `every` of its weights
+  // file with junk, putting its size and mtime back as they were.
+  void RewriteWeightsKeepingMtime(uint64_t every) {
+    ASSERT_TRUE(ContentStore::Open(store_, {.page_size = 16 << 10}).ok());
+    const std::string file = store_ + "/model.weights.raw";
+    struct stat before {};
+    ASSERT_EQ(::stat(file.c_str(), &before), 0);
+    {
+      std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
+      std::vector<char> junk(1 << 20, 'x');
+      for (uint64_t off = 0; off < static_cast<uint64_t>(before.st_size); off += every * junk.size()) {
+        f.seekp(static_cast<std::streamoff>(off));
+        f.write(junk.data(), static_cast<std::streamsize>(std::min<uint64_t>(junk.size(), before.st_size - off)));
+      }
+    }
+    struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+    struct stat after {};
+    ASSERT_EQ(::stat(file.c_str(), &after), 0);
+    ASSERT_EQ(after.st_size, before.st_size);
+  }
+
   std::string store_;
 };
 
@@ -97,10 +119,12 @@ TEST_F(ContentMigration, WeightsTheDestinationHoldsAreFilledThereNotSent) {
   EXPECT_EQ(s.dedup_pages, d.dedup_pages);
   EXPECT_EQ(s.offered_pages, d.offered_pages);
   EXPECT_GT(d.content_store_pages, 0u);
-  // What crossed the link is the device less what was filled, not the device.
-  EXPECT_LT(s.bytes_sent, s.device_bytes - d.dedup_bytes / 2);
+  // Round 0's page bytes are the device less what was filled (later rounds
+  // send what the workload dirtied, as many as a loaded machine makes it run).
   ASSERT_FALSE(s.rounds.empty());
   EXPECT_GT(s.rounds[0].offered_pages, 0u);
+  EXPECT_LE(s.rounds[0].raw_bytes + d.dedup_bytes, s.device_bytes);
+  EXPECT_LT(s.rounds[0].bytes, s.device_bytes / 2) << "the weights (60%) did not cross the link";
 }
 
 TEST_F(ContentMigration, ADifferentModelFillsNothingAndTheOfferBacksOff) {
@@ -123,24 +147,13 @@ TEST_F(ContentMigration, ADifferentModelFillsNothingAndTheOfferBacksOff) {
 
 TEST_F(ContentMigration, AStoreFileRewrittenUnderItsIndexIsNotUsed) {
   Seed(kContentSpec);
-  // Index it, then rewrite the weights file in place keeping size and mtime: the
-  // index still says it holds them. A store that trusted the index would fill
-  // pages with the wrong bytes.
-  ASSERT_TRUE(ContentStore::Open(store_, {.page_size = 16 << 10}).ok());
-  const std::string file = store_ + "/model.weights.raw";
-  struct stat before {};
-  ASSERT_EQ(::stat(file.c_str(), &before), 0);
-  {
-    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
-    // Every page rewritten: which of them a fill would meet first depends on
-    // how the data streams interleave (a run of still-matching pages may be
-    // filled, correctly, before a changed one marks the file).
-    std::vector<char> junk(static_cast<size_t>(before.st_size), 'x');
-    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
-  }
-  struct timespec times[2] = {before.st_atim, before.st_mtim};
-  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
-
+  // Index it, then rewrite every page of the weights file in place keeping size
+  // and mtime: the index still says it holds them. A store that trusted the
+  // index would fill pages with the wrong bytes. (Every page: which of them a
+  // fill meets first depends on how the data streams interleave, and a run of
+  // still-matching pages may be filled, correctly, before a changed one marks
+  // the file.)
+  RewriteWeightsKeepingMtime(/*every=*/1);
   Run run = Migrate();
   const MigrationReport& s = run.res.source;
   ASSERT_EQ(s.outcome, Outcome::kCompleted) << s.status.ToString();
@@ -154,20 +167,7 @@ TEST_F(ContentMigration, AStoreFileRewrittenUnderItsIndexIsNotUsed) {
 // byte for byte whichever the streams meet first.
 TEST_F(ContentMigration, AStoreFilePartlyRewrittenFillsOnlyWhatStillMatches) {
   Seed(kContentSpec);
-  ASSERT_TRUE(ContentStore::Open(store_, {.page_size = 16 << 10}).ok());
-  const std::string file = store_ + "/model.weights.raw";
-  struct stat before {};
-  ASSERT_EQ(::stat(file.c_str(), &before), 0);
-  {
-    std::fstream f(file, std::ios::binary | std::ios::in | std::ios::out);
-    std::vector<char> junk(1 << 20, 'x');
-    for (uint64_t off = 0; off + junk.size() <= static_cast<uint64_t>(before.st_size); off += 4 * junk.size()) {
-      f.seekp(static_cast<std::streamoff>(off));
-      f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
-    }
-  }
-  struct timespec times[2] = {before.st_atim, before.st_mtim};
-  ASSERT_EQ(::utimensat(AT_FDCWD, file.c_str(), times, 0), 0);
+  RewriteWeightsKeepingMtime(/*every=*/4);
   Run run = Migrate();
   ASSERT_EQ(run.res.source.outcome, Outcome::kCompleted) << run.res.source.status.ToString();
   EXPECT_TRUE(run.res.source.verified && run.res.destination.verified);
