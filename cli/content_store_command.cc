@@ -98,11 +98,10 @@ int RunContentStore(const ContentStoreFlags& f) {
     Print(stdout, "{}\n", j.dump());
     return 0;
   }
-  Print(stdout, "content store {}: {} files ({}), {} distinct pages of {} indexed ({} duplicates",
-        f.dir, s.files, FormatBytes(static_cast<double>(s.file_bytes)), s.pages, FormatBytes(o.page_size),
-        s.duplicate_pages);
-  if (s.files_hashed > 0) Print(stdout, "; {} zero pages left out", s.zero_pages);
-  Print(stdout, ")\n  index: {} in memory; {} file{} hashed now ({}){}\n",
+  Print(stdout, "content store {}: {} files ({}), {} distinct pages of {} indexed", f.dir, s.files,
+        FormatBytes(static_cast<double>(s.file_bytes)), s.pages, FormatBytes(o.page_size));
+  if (s.files_hashed > 0) Print(stdout, " ({} duplicates; {} zero pages left out)", s.duplicate_pages, s.zero_pages);
+  Print(stdout, "\n  index: {} in memory; {} file{} hashed now ({}){}\n",
         FormatBytes(static_cast<double>(s.index_bytes_in_memory)), s.files_hashed, s.files_hashed == 1 ? "" : "s",
         FormatBytes(static_cast<double>(s.bytes_hashed)), s.index_written ? ", index written" : ", index unchanged");
   return 0;

@@ -99,8 +99,11 @@ for size in sizes:
     other_store, _ = add_store(f"other-{size}", dev + ",seed=2")
     weights = held_info["file_bytes"]
     cases = {"plain": [], "held": [], "other": []}
+    order = [("plain", None), ("held", held_store), ("other", other_store)]
     for i in range(runs):
-        for case, store in (("plain", None), ("held", held_store), ("other", other_store)):
+        # The order turns each run, so no case always follows the same one (a
+        # page cache or memory state left by the one before).
+        for case, store in order[i % 3:] + order[:i % 3]:
             r = migrate(dev, store)
             r.update({"size": size, "case": case, "run": i, "cap": cap or None})
             emit(r)

@@ -168,8 +168,6 @@ Result<std::unique_ptr<ContentStore>> ContentStore::Open(const std::string& dir,
   }
   std::map<std::string, uint32_t> old_by_path;
   for (uint32_t i = 0; i < old.files.size(); ++i) old_by_path[old.files[i].path] = i;
-  std::vector<std::vector<Entry>> old_entries(old.files.size());
-  for (const Entry& e : old.entries) old_entries[e.file].push_back(e);
 
   ContentStoreStats& st = s->stats_;
   uint64_t to_hash = 0;
@@ -181,6 +179,25 @@ Result<std::unique_ptr<ContentStore>> ContentStore::Open(const std::string& dir,
     if (!reuse[i]) to_hash += files[i].size;
     st.file_bytes += files[i].size;
   }
+  // Nothing changed since the index was written: its entries are already
+  // sorted, distinct and checked (DecodeContentIndex), and the files' order
+  // (by path) is the same, so they are used as they are. Splitting and sorting
+  // them again cost 0.6 s for a 2.4 GiB store at 4 KiB pages, paid by every
+  // receive before its session could start.
+  bool unchanged = have_old && old.files.size() == files.size();
+  for (size_t i = 0; unchanged && i < files.size(); ++i) unchanged = reuse[i] && old.files[i].path == files[i].path;
+  if (unchanged) {
+    st.files = files.size();
+    st.pages = old.entries.size();
+    st.index_bytes_in_memory = old.entries.size() * sizeof(Entry);
+    s->files_ = std::move(files);
+    s->entries_ = std::move(old.entries);
+    s->fds_.assign(s->files_.size(), -1);
+    s->stale_.assign(s->files_.size(), 0);
+    return s;
+  }
+  std::vector<std::vector<Entry>> old_entries(old.files.size());
+  for (const Entry& e : old.entries) old_entries[e.file].push_back(e);
   std::vector<Entry> entries;
   for (size_t i = 0; i < files.size(); ++i) {
     const uint32_t id = static_cast<uint32_t>(i);

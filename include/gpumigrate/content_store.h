@@ -76,7 +76,7 @@ struct ContentStoreStats {
   uint64_t files = 0;
   uint64_t file_bytes = 0;       // of the files scanned (partial last pages included)
   uint64_t pages = 0;            // distinct non-zero pages indexed
-  uint64_t duplicate_pages = 0;  // pages whose content another indexed page already has
+  uint64_t duplicate_pages = 0;  // pages whose content another indexed page already has (when re-indexed)
   uint64_t files_hashed = 0;     // hashed by this Open (new or changed since the index)
   uint64_t zero_pages = 0;       // of the files hashed: not indexed (zero pages never cross the link)
   uint64_t bytes_hashed = 0;
