@@ -442,6 +442,9 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   // waits in the backlog instead of being refused.
   auto listener = TcpListener::Listen(*at);
   if (!listener.ok()) return Usage("receive", listener.status());
+  // SIGTERM (an agent's cancel) ends every wait for the source: the first
+  // connection and a resumption's alike.
+  (*listener)->SetCancel(&cancel);
   if (!f.port_file.empty()) {
     std::ofstream pf(f.port_file + ".tmp");
     pf << (*listener)->port() << "\n";

@@ -485,6 +485,9 @@ Status Destination::Resume(Status st) {
   EnterPhase(Phase::kReconnecting, round);
   StopLink();
   auto re = opt_.reaccept(opt_.resume_window);
+  if (!re.ok() && re.status().code() == StatusCode::kAborted) {
+    return Aborted(fmt::format("{} (awaiting the source's resumption after: {})", re.status().message(), st.message()));
+  }
   if (!re.ok()) {
     return Status(st.code(), fmt::format("{}; the source did not resume within {:.0f} s: {}", st.message(),
                                          std::chrono::duration<double>(opt_.resume_window).count(),

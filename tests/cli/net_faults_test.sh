@@ -335,6 +335,39 @@ json_check "$tmp/skill.recv.json" 'r["outcome"] == "aborted" and "did not resume
   "source killed: the receiver waited for its window, then discarded"
 within "source killed" 10
 
+# A receive told to stop (SIGTERM: what an agent's cancel sends) stops at once,
+# whatever it waits for: the first connection, or (the source gone) a
+# resumption within a 60 s window. CI saw a cancelled receive wait out its
+# window and hold its VM's slot while the evacuation re-planned onto it.
+live=(--peer-timeout 4s --peer-silence-timeout 3s --keepalive-interval 250ms --resume-window 60s)
+start_receiver tlisten
+sleep 0.5
+t0=$SECONDS
+pkill -TERM -P "$rpid"  # gpumigrate itself: `timeout` would signal it twice
+wait "$rpid"; rrc=$?
+took=$((SECONDS - t0))
+expect "SIGTERM while listening: receive ends" "$rrc" 1
+grep -q "cancelled while waiting for a connection" "$tmp/tlisten.recv.err" &&
+  echo "ok: SIGTERM while listening: it says so" ||
+  { echo "FAIL: SIGTERM while listening: no reason given"; cat "$tmp/tlisten.recv.err"; fail=1; }
+within "SIGTERM while listening" 3
+
+start_receiver tresume
+timeout 60 "$bin" migrate --device "$dev" --to 127.0.0.1:"$port" --psk-file "$tmp/psk" --streams 2 --warmup 20ms \
+  --bandwidth 20MB/s --json "${live[@]}" >"$tmp/tresume.json" 2>"$tmp/tresume.err" &
+mpid=$!
+sleep 1.5
+pkill -KILL -P "$mpid"; kill -9 "$mpid" 2>/dev/null
+for _ in $(seq 100); do grep -q "waiting up to" "$tmp/tresume.recv.err" && break; sleep 0.1; done
+t0=$SECONDS
+pkill -TERM -P "$rpid"  # gpumigrate itself: `timeout` would signal it twice
+wait "$rpid"; rrc=$?
+took=$((SECONDS - t0))
+expect "SIGTERM while awaiting a resumption: receive discards" "$rrc" 1
+json_check "$tmp/tresume.recv.json" 'r["outcome"] == "aborted" and "cancelled" in r["error"]' \
+  "SIGTERM while awaiting a resumption: the receiver says it was cancelled"
+within "SIGTERM while awaiting a resumption" 3
+
 fi  # kill
 
 exit $fail

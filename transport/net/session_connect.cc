@@ -332,6 +332,7 @@ Result<NetSession> AcceptSession(TcpListener& listener, std::chrono::millisecond
     std::string why;
     auto ns = AcceptOnce(listener, left, tls, std::min(left, hs), resume, &why);
     if (ns.ok()) return ns;
+    if (ns.status().code() == StatusCode::kAborted) return ns.status();  // the listener's cancel: stop waiting
     if (why.empty() && ns.status().code() == StatusCode::kDeadlineExceeded &&
         std::chrono::steady_clock::now() >= deadline) {
       continue;  // reported above as "not resumed"

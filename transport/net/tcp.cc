@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -291,11 +292,22 @@ Result<std::unique_ptr<Stream>> TcpListener::Accept(std::chrono::milliseconds ti
 }
 
 Result<int> TcpListener::AcceptFd(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
   pollfd p{fd_, POLLIN, 0};
-  int rc;
-  do {
-    rc = ::poll(&p, 1, static_cast<int>(timeout.count()));
-  } while (rc < 0 && errno == EINTR);
+  int rc = 0;
+  while (true) {
+    if (cancel_ != nullptr && cancel_->load()) {
+      return Aborted(fmt::format("tcp: cancelled while waiting for a connection on port {}", port_));
+    }
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left <= std::chrono::milliseconds(0)) break;
+    // In slices when a cancel flag is watched (a signal handler's flag does not interrupt poll).
+    const auto slice = cancel_ != nullptr ? std::min(left, std::chrono::milliseconds(100)) : left;
+    rc = ::poll(&p, 1, static_cast<int>(slice.count()));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc != 0) break;
+  }
   if (rc < 0) return Status::FromErrno(errno, "tcp: poll listener");
   if (rc == 0) {
     return Status(StatusCode::kDeadlineExceeded,

@@ -9,6 +9,7 @@
 // the socket down, which completes any pending receive with end-of-stream.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -58,11 +59,16 @@ class TcpListener {
   // Waits up to `timeout` for one connection.
   Result<std::unique_ptr<Stream>> Accept(std::chrono::milliseconds timeout, std::string name);
   Result<int> AcceptFd(std::chrono::milliseconds timeout);
+  // While `cancel` (outliving the listener) is set, every wait for a connection
+  // ends within 100 ms as kAborted: a receive told to stop (SIGTERM, an agent's
+  // cancel) must not wait out its accept timeout or a resume window first.
+  void SetCancel(const std::atomic<bool>* cancel) { cancel_ = cancel; }
 
  private:
   TcpListener(int fd, uint16_t port) : fd_(fd), port_(port) {}
   int fd_;
   uint16_t port_;
+  const std::atomic<bool>* cancel_ = nullptr;
 };
 
 }  // namespace gpumigrate

@@ -598,5 +598,26 @@ TEST(SessionResume, NoResumptionWithinTheWindowIsADeadline) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
 }
 
+// A receive told to stop (SIGTERM: an agent cancelling it) while it awaits a
+// resumption stops awaiting it, rather than holding the VM's slot at the
+// target for the whole resume window (seen in CI: an evacuation's re-plan
+// collided with a receive still waiting after the source had aborted).
+TEST(SessionResume, ACancelEndsTheWaitForAResumption) {
+  auto l = Listen();
+  ASSERT_TRUE(l);
+  std::atomic<bool> cancel{false};
+  l->SetCancel(&cancel);
+  ResumeTicket t{0x42, {}};
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    cancel = true;
+  });
+  auto got = AcceptSession(*l, 60s, nullptr, kTimeout, &t);  // without the cancel: a 60 s deadline
+  stopper.join();
+  EXPECT_EQ(got.status().code(), StatusCode::kAborted) << got.status().message();
+  EXPECT_NE(got.status().message().find("cancelled while waiting for a connection"), std::string::npos)
+      << got.status().message();
+}
+
 }  // namespace
 }  // namespace gpumigrate

@@ -177,5 +177,26 @@ TEST(Tcp, RefusedAndTimedOutAreClearErrors) {
   EXPECT_EQ(a.status().code(), StatusCode::kDeadlineExceeded);
 }
 
+TEST(Tcp, ACancelledListenerStopsWaitingForAConnection) {
+  auto l = TcpListener::Listen({"127.0.0.1", 0});
+  ASSERT_TRUE(l.ok());
+  std::atomic<bool> cancel{false};
+  (*l)->SetCancel(&cancel);
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(100ms);
+    cancel = true;
+  });
+  auto a = (*l)->AcceptFd(60s);  // without the cancel: a 60 s deadline
+  stopper.join();
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kAborted) << a.status().message();
+  // Cleared, it waits (and accepts) as before.
+  cancel = false;
+  auto c = ConnectTcp({"127.0.0.1", (*l)->port()}, 1000ms);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  auto b = (*l)->Accept(2000ms, "x");
+  EXPECT_TRUE(b.ok()) << b.status().message();
+}
+
 }  // namespace
 }  // namespace gpumigrate
