@@ -28,7 +28,7 @@ CLI::App* AddDemoCommand(CLI::App& app, DemoFlags& f) {
   c->add_option("--device", f.device,
                 "Device spec: sim:llm (4 GiB: 60% weights, 30% KV cache half full, 32 MiB activations) or "
                 "sim:size=SIZE,static=FRACTION,kv=FRACTION,kv_fill=FRACTION,kv_rate=RATE,hot=SIZE,page=SIZE,seed=N,"
-                "step=DURATION,layers=N (unset keys take the sim:llm values)")
+                "step=DURATION,layers=N,data=bf16|noise (unset keys take the sim:llm values)")
       ->capture_default_str();
   AddSourceFlags(c, f.src);
   c->add_option("--warmup", f.warmup, "Let the workload run this long before migrating")->capture_default_str();

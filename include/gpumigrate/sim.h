@@ -41,13 +41,15 @@ struct SimSpec {
   uint64_t seed = 1;
   std::chrono::microseconds step_period{20000};  // one decode step
   uint32_t layers = 32;                          // kernels per step (stop points)
+  bool noise = false;  // data=noise: weights and KV cache hold random bytes (incompressible), not bf16 values
 
   // Canonical "sim:size=...,..." form, parseable by ParseSimSpec.
   std::string ToString() const;
 };
 
 // Parses "sim:llm", "sim" or "sim:key=value,...". Keys: size, static, kv, kv_fill,
-// kv_rate, hot, page, seed, step, layers; unset keys take the sim:llm values.
+// kv_rate, hot, page, seed, step, layers, data (bf16 or noise); unset keys take
+// the sim:llm values.
 Result<SimSpec> ParseSimSpec(std::string_view text);
 
 using SimRole = DeviceRole;  // the name sim callers use

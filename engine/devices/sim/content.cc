@@ -72,12 +72,23 @@ void FillPage(uint64_t seed, uint32_t region, uint64_t page, uint32_t version, C
     std::memset(out.data(), 0, out.size());
     return;
   }
-  const Table& table = TableFor(kind);
   WyRand rng{SplitMix64(seed ^ SplitMix64((uint64_t{region} << 48) ^ page ^ (uint64_t{version} << 20) ^
                                           (uint64_t{version} << 52)))};
   size_t n = out.size();
   size_t i = 0;
   std::byte* p = out.data();
+  if (kind == ContentKind::kNoise) {
+    for (; i + 8 <= n; i += 8) {
+      const uint64_t r = rng.Next();
+      std::memcpy(p + i, &r, 8);
+    }
+    if (i < n) {
+      const uint64_t r = rng.Next();
+      std::memcpy(p + i, &r, n - i);
+    }
+    return;
+  }
+  const Table& table = TableFor(kind);
   for (; i + 8 <= n; i += 8) {
     uint64_t r = rng.Next();
     uint64_t packed = uint64_t{table.v[r & 0xffff]} | (uint64_t{table.v[(r >> 16) & 0xffff]} << 16) |

@@ -17,7 +17,8 @@
 
 namespace gpumigrate::sim {
 
-enum class ContentKind : uint8_t { kZero, kWeights, kKvCache, kActivations };
+// kNoise: uniformly random bytes (a sim with data=noise): what no codec can shrink.
+enum class ContentKind : uint8_t { kZero, kWeights, kKvCache, kActivations, kNoise };
 
 constexpr size_t kCanaryBytes = 16;
 

@@ -93,8 +93,10 @@ class SimDeviceImpl final : public SimDevice {
                            size - weights - hot);
     uint64_t free = size - weights - hot - kv;
     struct L { uint32_t id; const char* name; uint64_t bytes; RegionHint hint; ContentKind kind; };
-    const L layout[] = {{kWeights, "weights", weights, RegionHint::kStatic, ContentKind::kWeights},
-                        {kKv, "kv_cache", kv, RegionHint::kDynamic, ContentKind::kKvCache},
+    const ContentKind weights_kind = spec_.noise ? ContentKind::kNoise : ContentKind::kWeights;
+    const ContentKind kv_kind = spec_.noise ? ContentKind::kNoise : ContentKind::kKvCache;
+    const L layout[] = {{kWeights, "weights", weights, RegionHint::kStatic, weights_kind},
+                        {kKv, "kv_cache", kv, RegionHint::kDynamic, kv_kind},
                         {kAct, "activations", hot, RegionHint::kDynamic, ContentKind::kActivations},
                         {kFree, "free_pool", free, RegionHint::kUnknown, ContentKind::kZero}};
     regions_.resize(4);

@@ -42,9 +42,9 @@ std::string SimSpec::ToString() const {
                                                       : fmt::format("{}us", step_period.count());
   std::string rate = kv_rate_bytes_per_s <= 0 ? std::string("0")
                                               : ExactSize(static_cast<uint64_t>(kv_rate_bytes_per_s)) + "/s";
-  return fmt::format("sim:size={},static={},kv={},kv_fill={},kv_rate={},hot={},page={},seed={},step={},layers={}",
+  return fmt::format("sim:size={},static={},kv={},kv_fill={},kv_rate={},hot={},page={},seed={},step={},layers={}{}",
                      ExactSize(size_bytes), static_fraction, kv_fraction, kv_fill, rate, ExactSize(hot_bytes),
-                     ExactSize(page_size), seed, step, layers);
+                     ExactSize(page_size), seed, step, layers, noise ? ",data=noise" : "");
 }
 
 Result<SimSpec> ParseSimSpec(std::string_view text) {
@@ -92,10 +92,16 @@ Result<SimSpec> ParseSimSpec(std::string_view text) {
       GM_ASSIGN_OR_RETURN(uint64_t layers, ParseCount(key, value));
       if (layers == 0 || layers > 1024) return InvalidArgument("device spec: layers must be 1..1024");
       spec.layers = static_cast<uint32_t>(layers);
+    } else if (key == "data") {
+      if (value != "bf16" && value != "noise") {
+        return InvalidArgument(fmt::format("device spec: data={} must be bf16 (model-like values) or noise (random "
+                                           "bytes)", value));
+      }
+      spec.noise = value == "noise";
     } else {
       return InvalidArgument(fmt::format(
           "device spec: unknown key '{}' in '{}' (known: size, static, kv, kv_fill, kv_rate, hot, page, seed, step, "
-          "layers)",
+          "layers, data)",
           key, text));
     }
   }

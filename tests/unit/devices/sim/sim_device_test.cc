@@ -1,5 +1,7 @@
 #include "gpumigrate/sim.h"
 
+#include <algorithm>
+#include <array>
 #include <thread>
 #include <vector>
 
@@ -38,6 +40,38 @@ TEST(SimSpec, DefaultsAndKeys) {
   auto round_trip = ParseSimSpec(s->ToString());
   ASSERT_TRUE(round_trip.ok()) << round_trip.status().ToString() << " for " << s->ToString();
   EXPECT_EQ(round_trip->ToString(), s->ToString());
+}
+
+// data=noise: the weights and KV cache hold random bytes, what no codec can
+// shrink (the throughput benchmark's incompressible case); the spec round-trips.
+TEST(SimSpec, NoiseDataIsRandomBytesAndRoundTrips) {
+  auto s = ParseSimSpec("sim:size=64MiB,static=0.5,kv_rate=0,hot=4MiB,data=noise");
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE(s->noise);
+  EXPECT_NE(s->ToString().find(",data=noise"), std::string::npos);
+  EXPECT_TRUE(ParseSimSpec(s->ToString())->noise);
+  EXPECT_EQ(ParseSimSpec("sim:size=64MiB,hot=4MiB")->ToString().find("data="), std::string::npos);  // bf16: as before
+  auto bad = ParseSimSpec("sim:data=zeros");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("data=zeros must be bf16"), std::string::npos) << bad.status().message();
+
+  auto noise = Make("sim:size=64MiB,static=0.5,kv_rate=0,hot=4MiB,data=noise", SimRole::kSource);
+  auto bf16 = Make("sim:size=64MiB,static=0.5,kv_rate=0,hot=4MiB", SimRole::kSource);
+  std::vector<std::byte> a(1 << 20), b(1 << 20);
+  ASSERT_TRUE(noise->Read(0, 0, a).ok());
+  ASSERT_TRUE(bf16->Read(0, 0, b).ok());
+  // bf16 weights near 0: the high byte of each value takes few values; random bytes take all 256.
+  std::array<int, 256> hi_noise{}, hi_bf16{};
+  for (size_t i = 1; i < a.size(); i += 2) {
+    ++hi_noise[std::to_integer<uint8_t>(a[i])];
+    ++hi_bf16[std::to_integer<uint8_t>(b[i])];
+  }
+  auto used = [](const std::array<int, 256>& c) { return std::count_if(c.begin(), c.end(), [](int n) { return n > 0; }); };
+  EXPECT_EQ(used(hi_noise), 256);
+  EXPECT_LT(used(hi_bf16), 64);
+  std::vector<std::byte> again(1 << 20);
+  ASSERT_TRUE(noise->Read(0, 0, again).ok());
+  EXPECT_EQ(a, again);  // deterministic: the destination's check can recompute it
 }
 
 TEST(SimSpec, ErrorsNameTheProblem) {
