@@ -946,7 +946,7 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
       "journal every step in a state store, reserve each target slot, re-plan the VMs left when an action fails, "
       "and continue from the journal when started again with the same --id.");
   c->add_option("--inventory", f.inventory,
-                "The fleet (PLANNER.md inventory; every host's \"agent\" ADDR:PORT): the VMs themselves are read "
+                "The fleet (docs/planner.md inventory; every host's \"agent\" ADDR:PORT): the VMs themselves are read "
                 "from the agents")
       ->required();
   c->add_option("--host", f.host, "The host to evacuate")->required();
@@ -965,7 +965,7 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
                 "How long each migration waits for a broken connection to come back before it rolls back (migrate's "
                 "--resume-window; its default when not given)");
   c->add_flag("--dry-run", f.dry_run,
-              "Only print the plan made from what the agents report now (with --json: PLANNER.md's plan JSON); "
+              "Only print the plan made from what the agents report now (with --json: docs/planner.md's plan JSON); "
               "exit 0 when it is feasible, 1 when not; nothing moves");
   c->add_flag("--batched", f.batched,
               "Run in fixed batches (each starts when the one before has ended) instead of starting each action as "

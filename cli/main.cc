@@ -1,7 +1,7 @@
 // gpumigrate: the command-line front end. Parses flags, prints progress and
 // reports; the work happens in libgpumigrate.
 //
-// Exit codes (DESIGN.md, CLI contract): 0 success; 1 failed and rolled back
+// Exit codes (docs/design.md, CLI contract): 0 success; 1 failed and rolled back
 // (source running, nothing lost); 2 usage or configuration error; 3 outcome in
 // doubt (both sides stopped, source state intact).
 #include <csignal>

@@ -33,7 +33,7 @@ CLI::App* AddPlanCommand(CLI::App& app, PlanFlags& f) {
       "Plan the evacuation of a host: for every VM on it decide live-migrate, drain-and-replace, power-off or "
       "blocked, place it on the other hosts (MIG slices, vGPU, passthrough) and schedule the whole evacuation. "
       "Exit 0: it can be evacuated; 1: it cannot (the plan says why); 2: the inventory is malformed.");
-  c->add_option("--inventory", f.inventory, "Inventory JSON (format: PLANNER.md)")->required();
+  c->add_option("--inventory", f.inventory, "Inventory JSON (format: docs/planner.md)")->required();
   c->add_option("--evacuate", f.evacuate, "The host to empty")->required();
   c->add_flag("--json", f.json, "Print the plan as one JSON object on stdout");
   c->add_flag("--allow-power-off", f.allow_power_off,

@@ -1,5 +1,5 @@
 // `gpumigrate plan`: read an inventory, plan the evacuation of one host, print
-// the plan as a table and a timeline (or PLANNER.md's JSON with --json), and
+// the plan as a table and a timeline (or docs/planner.md's JSON with --json), and
 // optionally draw the timeline with gnuplot. Exit 0: the host can be evacuated;
 // 1: it cannot (the plan still prints, with each blocking reason); 2: the
 // inventory is malformed or inconsistent (the message names the key path).

@@ -1,5 +1,5 @@
 // The thin helpers over Execute() that the QEMU migration hook uses. Argument
-// shapes as in QEMU 7.2's schema (/work/shared/QEMU-FACTS.md §1-2).
+// shapes as in QEMU 7.2's schema (docs/qemu-facts.md §1-2).
 #include <fmt/format.h>
 
 #include "gpumigrate/qmp.h"

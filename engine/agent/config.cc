@@ -36,7 +36,7 @@ Result<AgentConfig> ParseAgentConfig(std::string_view json_text) {
   GM_ASSIGN_OR_RETURN(auto version, planner::Required(planner::ReadInt(root, "version", "", 1, 1000), "version"));
   if (version != 1) return KeyError("version", fmt::format("{} is not supported (1 is)", version));
   const planner::Json& host = planner::Get(root, "host");
-  if (!host.is_object()) return KeyError("host", "missing: the planner's host entry of this host (PLANNER.md)");
+  if (!host.is_object()) return KeyError("host", "missing: the planner's host entry of this host (docs/planner.md)");
   AgentConfig cfg;
   GM_ASSIGN_OR_RETURN(cfg.host, planner::Required(planner::ReadString(host, "name", "host"), "host.name"));
   GM_ASSIGN_OR_RETURN(auto data, planner::ReadString(root, "data_address", ""));

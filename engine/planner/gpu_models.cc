@@ -13,7 +13,7 @@ constexpr uint8_t Starts(std::initializer_list<int> s) {
 
 constexpr uint64_t kGB = 1000ull * 1000 * 1000;
 
-// PLANNER.md, "Placement rules": the 80 GB A100/H100 (8 memory slices). Largest
+// docs/planner.md, "Placement rules": the 80 GB A100/H100 (8 memory slices). Largest
 // first: the fragmentation score weighs the large profiles first.
 constexpr std::array<MigProfile, 6> k80GbProfiles = {{
     {"7g.80gb", 8, Starts({0}), 80 * kGB},

@@ -1,5 +1,5 @@
 // GPU models the planner knows: memory, and for MIG the profile table of
-// PLANNER.md (memory slices, valid start slices) and the instance limit.
+// docs/planner.md (memory slices, valid start slices) and the instance limit.
 // Pure data and lookups.
 #pragma once
 

@@ -1,4 +1,4 @@
-// ParseInventory: PLANNER.md's inventory, checked key by key and then for
+// ParseInventory: docs/planner.md's inventory, checked key by key and then for
 // consistency (VMs on known hosts and GPUs, profiles their GPU's mode holds, MIG
 // instances at valid starts that do not overlap, at most 7 per GPU, one vGPU
 // size per GPU within its memory, a passthrough GPU owned by one VM).
@@ -326,7 +326,7 @@ Status ParseVmRest(const Json& v, const std::string& path, const Inventory& inv,
   GM_ASSIGN_OR_RETURN(auto uvm, ReadBool(v, "uvm", path));
   vm.uvm = uvm.value_or(false);
   if (vm.kind == SlotKind::kVgpu && vm.gpus.size() > 1 && !vm.uvm) {
-    vm.uvm = true;  // PLANNER.md: multi-GPU vGPU VMs always use UVM
+    vm.uvm = true;  // docs/planner.md: multi-GPU vGPU VMs always use UVM
     vm.uvm_implied = true;
   }
   GM_ASSIGN_OR_RETURN(vm.max_stun, ReadDuration(v, "max_stun", path));

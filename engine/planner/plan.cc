@@ -1,4 +1,4 @@
-// MakePlan: decisions (PLANNER.md's table), placement and schedule put together.
+// MakePlan: decisions (docs/planner.md's table), placement and schedule put together.
 //
 //   1. For every VM of the host: can it possibly live-migrate (not UVM, stun at
 //      the source's whole link within its max stun)? Is it a stateless replica

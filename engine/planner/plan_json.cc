@@ -1,4 +1,4 @@
-// PlanToJson: PLANNER.md's plan format. Keys beyond it are additions (the format
+// PlanToJson: docs/planner.md's plan format. Keys beyond it are additions (the format
 // is extended only by adding keys); integers for every time, so the output is
 // byte-for-byte deterministic.
 #include <nlohmann/json.hpp>

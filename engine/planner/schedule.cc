@@ -538,7 +538,7 @@ ScheduleResult Schedule(const std::vector<Job>& jobs, const std::vector<HostLimi
   ScheduleResult r;
   r.batched = Batched(jobs, order, hosts, groups, timer);
   Pipeline pipe(jobs, hosts, groups, timer);
-  // PLANNER.md: each action starts as soon as capacity allows (a migration slot
+  // docs/planner.md: each action starts as soon as capacity allows (a migration slot
   // on both hosts, and its share of both links).
   r.pipelined = pipe.Run(order);
   Replay replay(jobs, hosts, timer);

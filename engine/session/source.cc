@@ -9,7 +9,7 @@
 //                before Prepared, the probe's deliberate stop) or in doubt (after
 //                Commit was sent), then the device's SaveCleanup hook, outside the stun
 //
-// The rollback and in-doubt rules are DESIGN.md's. The class is declared in
+// The rollback and in-doubt rules are docs/design.md's. The class is declared in
 // source_session.h; one connection's parts and resumption over a new
 // connection (a break before the switchover) are in source_link.cc.
 #include <algorithm>

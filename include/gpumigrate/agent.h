@@ -95,7 +95,7 @@ struct AgentConfig {
 // "hooks": {"start_replica": [...], "drain": [...]}}], "power_off": [...],
 // "adopters": {...}, "vms": [{planner VM entry without "host", "device": "...",
 // "receive_device": "..."}]}. It is checked
-// against the planner's own inventory rules (PLANNER.md).
+// against the planner's own inventory rules (docs/planner.md).
 Result<AgentConfig> ParseAgentConfig(std::string_view json_text);
 
 inline constexpr size_t kMaxMessageBytes = 4 << 20;

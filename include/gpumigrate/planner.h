@@ -3,13 +3,13 @@
 // happens to it (live-migrate, drain-and-replace, power-off, blocked), where it
 // goes (MIG start slices, time-sliced vGPU, whole passthrough GPUs), and when
 // (an event-driven schedule that shares links and keeps replica groups serving).
-// The formats and rules are ../shared/PLANNER.md; this header is their model.
+// The formats and rules are docs/planner.md; this header is their model.
 //
 //   ParseInventory   JSON text -> Inventory; every malformed or inconsistent
 //                    input is an InvalidArgument naming the key path
 //                    ("vms[3].placement: slot 5 is not a valid start for 3g.40gb").
 //   MakePlan         Inventory + host -> Plan (pure: no I/O, no clock).
-//   PlanToJson       the plan format of PLANNER.md, byte-for-byte deterministic.
+//   PlanToJson       the plan format of docs/planner.md, byte-for-byte deterministic.
 //
 // Pure logic throughout: the CLI reads files and prints. Not thread-safe per
 // object; separate calls on separate objects may run concurrently.
@@ -57,7 +57,7 @@ struct Group {
   uint32_t min_serving = 0;
   std::chrono::nanoseconds replica_start{0};
   // How long the old replica drains once its replacement is ready (key "drain";
-  // default policy.drain). An extension of PLANNER.md, added as a key.
+  // default policy.drain). An extension of docs/planner.md, added as a key.
   std::chrono::nanoseconds drain{0};
 };
 
@@ -129,7 +129,7 @@ struct Inventory {
   const Group* FindGroup(std::string_view name) const;
 };
 
-// Parses and validates an inventory (PLANNER.md, version 1). Unknown keys are
+// Parses and validates an inventory (docs/planner.md, version 1). Unknown keys are
 // ignored (the format is extended by adding keys).
 Result<Inventory> ParseInventory(std::string_view json_text);
 

@@ -1,7 +1,7 @@
 // The QEMU migration hook: a QEMU VM whose device memory lives outside QEMU's
 // own migration stream (an shm device, `x-ignore-shared`) moves with one
 // guest-visible stun. QEMU pre-copies the guest's RAM while the engine pre-copies
-// the device memory; neither switches over alone (QEMU-FACTS.md, DESIGN.md "QEMU
+// the device memory; neither switches over alone (docs/qemu-facts.md, docs/design.md "QEMU
 // integration").
 //
 // Both ends wrap the engine's device in a QemuGuest that drives one QEMU over QMP
@@ -137,7 +137,7 @@ class QemuGuest : public Device {
 //         backends add up to it); x-ignore-shared leaves every share=on block out
 //         of QEMU's stream. ROM blocks (about 0.5 MiB) are not counted.
 //   dirty calc-dirty-rate {"mode":"page-sampling"} (the only mode that does not
-//         crash QEMU 7.2 under TCG, QEMU-FACTS.md §5), then query-dirty-rate until
+//         crash QEMU 7.2 under TCG, docs/qemu-facts.md §5), then query-dirty-rate until
 //         "measured". QEMU hashes sampled pages of every RAM block, the shared
 //         ones included, and reports whole MiB/s: the caller subtracts what it
 //         measured itself in the shared blocks over the same window.

@@ -1,5 +1,5 @@
 // QmpClient: a client for QEMU's machine protocol (QMP) on a UNIX socket, the
-// control path of the QEMU migration hook (DESIGN.md "Layers and folders").
+// control path of the QEMU migration hook (docs/design.md "Layers and folders").
 //
 // QMP is newline-delimited JSON objects (QEMU ends each with "\r\n"):
 //
@@ -162,7 +162,7 @@ class QmpClient {
   // Any thread: the owner's current or next wait returns kAborted, until Reconnect().
   void Cancel();
 
-  // Thin helpers for the migration hook (QEMU-FACTS.md §1-2).
+  // Thin helpers for the migration hook (docs/qemu-facts.md §1-2).
   // {"capabilities":[{"capability":name,"state":on},...]}
   Status SetMigrationCapabilities(const std::vector<std::pair<std::string, bool>>& capabilities,
                                   std::chrono::milliseconds timeout = kQmpDefaultTimeout);

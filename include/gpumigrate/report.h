@@ -1,5 +1,5 @@
 // What a migration reports: outcome, rounds, stun and its breakdown. Field names
-// follow the CLI contract in DESIGN.md, which automation depends on.
+// follow the CLI contract in docs/design.md, which automation depends on.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CLI contract automation depends on (DESIGN.md): help, exit codes, JSON keys,
+# The CLI contract automation depends on (docs/design.md): help, exit codes, JSON keys,
 # progress on stderr. Usage: cli_contract_test.sh path/to/gpumigrate
 set -uo pipefail
 bin=$1

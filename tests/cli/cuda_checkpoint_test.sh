@@ -103,7 +103,7 @@ GPUMIGRATE_FAKE_CUDA_FAIL=cuCheckpointProcessCheckpoint=2,cuCheckpointProcessUnl
 check "checkpoint and unlock failing: in doubt (3)" 3 $?
 json_check "$tmp/doubt.json" "r['outcome'] == 'failed' and r['state'] == 'LOCKED'" "in-doubt JSON"
 "$bin" cuda resume "$apid" >/dev/null 2>&1; check "resume after in doubt" 0 $?
-# FAILED is in doubt (3), never "held, memory intact": the README says which.
+# FAILED is in doubt (3), never "held, memory intact": docs/hardware.md says which.
 python3 - "$tmp/gm-fake-cuda.$apid" <<'PY'
 import struct, sys
 with open(sys.argv[1], "r+b") as f:

@@ -39,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 DASHBOARD = os.path.join(ROOT, "scripts", "grafana", "gpumigrate.json")
 METRICS_CC = os.path.join(ROOT, "engine", "agent", "metrics.cc")
-README = os.path.join(ROOT, "README.md")
+README = os.path.join(ROOT, "docs/evacuation.md")
 README_HEADING = "### Metrics: what Prometheus scrapes from every agent"
 
 # The labels README documents for the agent's series, and Prometheus' own.

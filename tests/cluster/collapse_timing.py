@@ -3,7 +3,7 @@
 namespace harness (cluster.py) at 200 Mbit, `receive` in gpu-b, `migrate` of a
 sim (hot set 4 MiB) from gpu-a with --max-stun 2s, gpu-a's link cut to 2 Mbit
 with tc 1.2 s in; prints the source's progress lines with their times and when
-`migrate` exited, counted from the cut (README, "A link too slow for the
+`migrate` exited, counted from the cut (docs/reliability.md, "A link too slow for the
 workload"). A measurement, not a test: it checks nothing.
 
 Usage: collapse_timing.py GPUMIGRATE [DEVICE [MIGRATE-ARGS...]] (root)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that the library's layers only depend downwards (DESIGN.md "Layers and
+"""Checks that the library's layers only depend downwards (docs/design.md "Layers and
 folders"), by what each layer's code includes and by the symbols its archive
 uses. The allowed arrows are the CMake link lines (layers.txt, written by the
 build: one line per layer, "name<TAB>archive<TAB>folders<TAB>deps", lists

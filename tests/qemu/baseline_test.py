@@ -10,7 +10,7 @@ gpumigrate-driven migration is later compared against. Scenarios:
             dev_bad > 0, which proves the guest's check sees lost device writes.
   cancel    migrate_cancel at pre-switchover: the source runs on (RESUME,
             `running`) and its guest keeps passing with no bad page; the
-            destination QEMU exits (QEMU-FACTS §2).
+            destination QEMU exits (docs/qemu-facts.md §2).
 
 Usage: baseline_test.py SCENARIO GUEST_ELF. Exit 0 pass, 1 fail, 77 skip (no QEMU,
 no guest). Each step has its own timeout and the whole run an alarm at 80 s.

@@ -2,7 +2,7 @@
 """A source and a destination QEMU around the test guest (tests/qemu/guest), for
 end-to-end migration tests and benchmarks. Python 3 standard library only.
 
-Memory layout (QEMU-FACTS.md §3.3, workaround B): main RAM is NUMA node 0, a
+Memory layout (docs/qemu-facts.md §3.3, workaround B): main RAM is NUMA node 0, a
 private memory-backend-ram of R MiB; the "device memory" is node 1, a
 memory-backend-file share=on of D MiB under /dev/shm, so it starts at
 GPA = R MiB. With the `x-ignore-shared` capability on both sides QEMU leaves
@@ -433,7 +433,7 @@ class Pair:
         return self
 
     def set_migration_caps(self, extra_src=(), extra_dst=(), max_bandwidth_bytes_per_s=1 << 30):
-        """events, return-path and x-ignore-shared on both (QEMU-FACTS §0 items 2, 5); the source also
+        """events, return-path and x-ignore-shared on both (docs/qemu-facts.md §0 items 2, 5); the source also
         pauses before switchover. Also raises the source's bandwidth cap from QEMU's default 128 MiB/s."""
         common = ["events", "return-path", "x-ignore-shared"]
         for g, caps in ((self.src, common + ["pause-before-switchover"] + list(extra_src)),

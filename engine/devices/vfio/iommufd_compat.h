@@ -1,7 +1,7 @@
 // The part of the iommufd uAPI (upstream include/uapi/linux/iommufd.h, kernel
 // >= 6.7) that the IOMMU dirty tracker and the fake iommufd use. Debian 12's
 // linux-libc-dev (6.1) has no linux/iommufd.h at all, so everything below is
-// defined here with upstream's values (QEMU-FACTS.md §7.4). A real header wins:
+// defined here with upstream's values (docs/qemu-facts.md §7.4). A real header wins:
 // where <linux/iommufd.h> exists and already has dirty tracking, this file only
 // checks it. A real header older than 6.7 (6.2-6.6: iommufd without dirty
 // tracking) would clash with these definitions, so that case stops the build
@@ -154,10 +154,10 @@ inline constexpr size_t kSetDirtyMin = offsetof(iommu_hwpt_set_dirty_tracking, _
 inline constexpr size_t kGetDirtyMin = offsetof(iommu_hwpt_get_dirty_bitmap, data) + 8;
 }  // namespace gpumigrate::vfio::iommufd_abi
 
-static_assert(IOMMU_IOAS_ALLOC == 0x3b81 && IOMMU_IOAS_MAP == 0x3b85, "_IO(';', 0x80 + n): QEMU-FACTS §7.4");
-static_assert(IOMMU_HWPT_ALLOC == 0x3b89 && IOMMU_GET_HW_INFO == 0x3b8a, "_IO(';', 0x89/0x8a): QEMU-FACTS §7.4");
+static_assert(IOMMU_IOAS_ALLOC == 0x3b81 && IOMMU_IOAS_MAP == 0x3b85, "_IO(';', 0x80 + n): docs/qemu-facts.md §7.4");
+static_assert(IOMMU_HWPT_ALLOC == 0x3b89 && IOMMU_GET_HW_INFO == 0x3b8a, "_IO(';', 0x89/0x8a): docs/qemu-facts.md §7.4");
 static_assert(IOMMU_HWPT_SET_DIRTY_TRACKING == 0x3b8b && IOMMU_HWPT_GET_DIRTY_BITMAP == 0x3b8c,
-              "_IO(';', 0x8b/0x8c): QEMU-FACTS §7.4");
+              "_IO(';', 0x8b/0x8c): docs/qemu-facts.md §7.4");
 static_assert(IOMMU_HWPT_ALLOC_DIRTY_TRACKING == 2 && IOMMU_HW_CAP_DIRTY_TRACKING == 1);
 static_assert(IOMMU_HWPT_DIRTY_TRACKING_ENABLE == 1 && IOMMU_HWPT_GET_DIRTY_BITMAP_NO_CLEAR == 1);
 static_assert(sizeof(iommu_ioas_alloc) >= 12 && sizeof(iommu_ioas_map) >= 40);
@@ -171,4 +171,4 @@ static_assert(sizeof(iommu_hwpt_set_dirty_tracking) >= 16 && offsetof(iommu_hwpt
 static_assert(sizeof(iommu_hwpt_get_dirty_bitmap) >= 48 && offsetof(iommu_hwpt_get_dirty_bitmap, iova) == 16 &&
                   offsetof(iommu_hwpt_get_dirty_bitmap, page_size) == 32 &&
                   offsetof(iommu_hwpt_get_dirty_bitmap, data) == 40,
-              "iommu_hwpt_get_dirty_bitmap: 48 B, data at 40 (QEMU-FACTS §7.4)");
+              "iommu_hwpt_get_dirty_bitmap: 48 B, data at 40 (docs/qemu-facts.md §7.4)");

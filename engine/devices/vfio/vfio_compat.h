@@ -1,6 +1,6 @@
 // What Debian 12's linux-libc-dev (6.1) lacks of the VFIO migration v2 uAPI
 // that kernels >= 6.2 have (and the cdev bind of 6.6), with upstream's values from include/uapi/linux/vfio.h
-// (../shared/QEMU-FACTS.md §7.2). Each piece is guarded so that newer headers
+// (docs/qemu-facts.md §7.2). Each piece is guarded so that newer headers
 // win: build against 6.2+ headers and these vanish.
 //
 // The two PRE_COPY states are enum vfio_device_mig_state members upstream, not
@@ -67,7 +67,7 @@ inline constexpr uint32_t kStateCount = 8;
 
 }  // namespace gpumigrate::vfio
 
-// The layouts QEMU-FACTS §7.1/§7.2 give; a header that disagrees fails here.
+// The layouts docs/qemu-facts.md §7.1/§7.2 give; a header that disagrees fails here.
 static_assert(VFIO_DEVICE_FEATURE == 0x3b75);
 static_assert(VFIO_DEVICE_RESET == 0x3b6f);
 static_assert(VFIO_MIG_GET_PRECOPY_INFO == 0x3b79);

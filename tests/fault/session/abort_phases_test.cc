@@ -1,4 +1,4 @@
-// Abort a migration at each phase and check DESIGN.md's outcome rules: before
+// Abort a migration at each phase and check docs/design.md's outcome rules: before
 // Prepared the source is RUNNING with its memory intact and the destination
 // discards; after Prepared the outcome is in doubt with both sides stopped.
 #include <gtest/gtest.h>

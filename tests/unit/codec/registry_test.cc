@@ -30,7 +30,7 @@ TEST(CodecRegistry, EntriesAreKeyedByTheirWireFlag) {
     EXPECT_EQ(&CodecOf(c.kind), &c);
     EXPECT_EQ(CodecKindName(c.kind), c.name);
   }
-  // The wire values and report names never change (FORMAT.md, golden files, JSON).
+  // The wire values and report names never change (transport/wire/FORMAT.md, golden files, JSON).
   EXPECT_EQ(static_cast<int>(CodecKind::kNone), 0);
   EXPECT_EQ(static_cast<int>(CodecKind::kZstd), 1);
   EXPECT_EQ(static_cast<int>(CodecKind::kShuffleZstd), 2);

@@ -1,4 +1,4 @@
-// PLANNER.md's decision table, one rule at a time.
+// docs/planner.md's decision table, one rule at a time.
 #include "tests/unit/planner/planner_fixtures.h"
 
 namespace gpumigrate::planner::testing {

@@ -1,4 +1,4 @@
-// The plan format (PLANNER.md) byte for byte: each inventory under
+// The plan format (docs/planner.md) byte for byte: each inventory under
 // tests/data/planner/ is planned and compared with its golden plan. After an
 // intended change, regenerate with GPUMIGRATE_UPDATE_GOLDEN=1 and review the diff.
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// PLANNER.md's placement rules: MIG start slices and fragmentation, the
+// docs/planner.md's placement rules: MIG start slices and fragmentation, the
 // 7-instance limit, equal-size vGPU, passthrough counts, same model, hosts in
 // maintenance, capacity refusal; and the preferences (least fragmentation,
 // replicas spread across hosts).

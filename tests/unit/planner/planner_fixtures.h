@@ -1,4 +1,4 @@
-// Inventories for the planner's tests, written as PLANNER.md's JSON (the tests go
+// Inventories for the planner's tests, written as docs/planner.md's JSON (the tests go
 // through ParseInventory like every user does), and helpers to plan them.
 #pragma once
 

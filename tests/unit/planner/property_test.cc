@@ -13,7 +13,7 @@
 //   - placement is exact on small cases: when a brute force finds slots for every
 //     VM that wanted one, the plan blocks none for capacity (a VM that can only
 //     live-migrate counts only the targets whose link, alone, keeps its stun
-//     within its max stun: PLANNER.md's live-migrate rule).
+//     within its max stun: docs/planner.md's live-migrate rule).
 #include <algorithm>
 #include <map>
 #include <random>

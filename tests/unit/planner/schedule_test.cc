@@ -175,7 +175,7 @@ TEST(PlannerSchedule, AMigrationThatNeedsTheWholeLinkWaitsForIt) {
 }
 
 // Review cases i3b and i10: with slots free on every host and the link split
-// evenly among them, no migration waits (PLANNER.md: "Actions run as soon as
+// evenly among them, no migration waits (docs/planner.md: "Actions run as soon as
 // capacity allows"); before, the last to start got what the earlier ones left
 // of the link, below the floor, and waited for one of them to end.
 TEST(PlannerSchedule, MigrationsThatFitTogetherAllStartAtOnce) {

@@ -82,7 +82,7 @@ TEST(PlannerStun, WithoutAProfileTheEstimateScalesWithTheLink) {
   EXPECT_EQ(half.basis, "scaled");
   EXPECT_DOUBLE_EQ(half.stun_ms, 16000);
   EXPECT_DOUBLE_EQ(half.total_ms, 80000);
-  // Both ways (PLANNER.md: "scaled from estimate.link"): four times the
+  // Both ways (docs/planner.md: "scaled from estimate.link"): four times the
   // estimate's bandwidth is a quarter of its stun and time.
   StunAt fast = PredictStunAt(vm, 50e9, 100s);
   EXPECT_DOUBLE_EQ(fast.stun_ms, 2000);

@@ -1,7 +1,7 @@
 // Golden files of the wire format (tests/data/wire/): every run decodes them
 // and checks each field, so a change that breaks compatibility with what an
 // older peer sends fails here. GPUMIGRATE_REGENERATE_GOLDEN=1 rewrites them (only
-// for a deliberate, versioned format change; say so in FORMAT.md).
+// for a deliberate, versioned format change; say so in transport/wire/FORMAT.md).
 #include <cstdlib>
 #include <cstring>
 #include <fstream>

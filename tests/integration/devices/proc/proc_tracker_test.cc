@@ -127,7 +127,7 @@ TEST(ProcTracker, AutoPicksPagemapScanWhenTheKernelHasIt) {
   ASSERT_EQ(gm_shim_start(), 0) << gm_shim_last_error();
   auto dev = ProcDevice::Connect(ProcSpec{getpid(), ProcTracking::kAuto, 0}, ProcRole::kSource);
   ASSERT_TRUE(dev.ok()) << dev.status().ToString();
-  // KERNEL-FACTS: the kernels we build on have WP_ASYNC and PAGEMAP_SCAN.
+  // docs/kernel-facts.md: the kernels we build on have WP_ASYNC and PAGEMAP_SCAN.
   EXPECT_EQ((*dev)->TrackerName(), "pagemap-scan") << (*dev)->TrackerReason();
   EXPECT_NE((*dev)->TrackerReason().find("WP_ASYNC"), std::string::npos);
 }
@@ -166,7 +166,7 @@ TEST(ProcTracker, WritesThroughAnotherMappingNeedHashing) {
     if (tracking == ProcTracking::kHash) {
       EXPECT_TRUE(bm.Test(5));
     } else {
-      EXPECT_FALSE(bm.Test(5)) << "pagemap-scan saw a pwrite: the blind spot in KERNEL-FACTS is gone; revisit";
+      EXPECT_FALSE(bm.Test(5)) << "pagemap-scan saw a pwrite: the blind spot in docs/kernel-facts.md is gone; revisit";
     }
     (void)t->Stop();
     dev->reset();

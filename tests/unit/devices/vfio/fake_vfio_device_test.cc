@@ -91,7 +91,7 @@ TEST(FakeVfioDevice, FeatureFlagsAndArgszAreChecked) {
   EXPECT_EQ(r.k.Open("/dev/vfio/devices/vfio0", O_RDWR), -EBUSY) << "a VFIO device opens once";
 }
 
-// The direct arcs QEMU-FACTS §7.3 lists (from include/uapi/linux/vfio.h),
+// The direct arcs docs/qemu-facts.md §7.3 lists (from include/uapi/linux/vfio.h),
 // written out independently of the fake's table.
 std::set<std::pair<uint32_t, uint32_t>> DirectArcs(uint64_t flags) {
   std::set<std::pair<uint32_t, uint32_t>> a = {{S, SC}, {SC, S}, {S, RS}, {RS, S}};
