@@ -42,6 +42,11 @@ void AddSourceFlags(CLI::App* c, SourceFlags& f, bool with_streams) {
               "After a completed migration, leave the released source's memory as it is (default: zero it, so the "
               "next tenant of that memory cannot read this workload's data; skip it only when the device is "
               "destroyed anyway)");
+  c->add_option("--threads", f.threads,
+                "Threads that read the device, hash its pages and compress them, ahead of the session thread that "
+                "sends them in order (0: this host's cores, at most 8); each data stream's own thread seals its frames")
+      ->check(CLI::Range(0, 64))
+      ->capture_default_str();
   c->add_flag("--no-content-offer", f.no_content_offer,
               "Never offer pages by SHA-256 to a destination with a content store (receive --content-store): send "
               "every page's bytes");
@@ -61,6 +66,7 @@ Result<SourceOptions> MakeSourceOptions(const SourceFlags& f) {
   o.switch_when_not_converging = f.if_not_converging == "switch";
   o.scrub = !f.no_scrub;
   o.content_offer = !f.no_content_offer;
+  o.workers = f.threads;
   if (!f.bandwidth.empty()) {
     GM_ASSIGN_OR_RETURN(o.bandwidth_limit_bytes_per_s, ParseRateBytesPerS(f.bandwidth));
   }

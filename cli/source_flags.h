@@ -29,6 +29,7 @@ struct SourceFlags {
   std::string if_not_converging = "abort";
   bool no_scrub = false;
   bool no_content_offer = false;
+  uint32_t threads = 0;  // 0: the cores, at most 8
 };
 
 // `with_streams`: a checkpoint writes one stream to its file and takes no --streams.

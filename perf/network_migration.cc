@@ -54,6 +54,7 @@ class NoiseDevice final : public Device, public DirtyTracker {
   const std::vector<RegionInfo>& Regions() const override { return info_; }
   DeviceState State() const override { return state_; }
   Status SetState(DeviceState s) override { state_ = s; return Status::Ok(); }
+  bool ConcurrentReads() const override { return true; }
   Status Read(uint32_t, uint64_t off, std::span<std::byte> out) override {
     std::memcpy(out.data(), mem_.data() + off, out.size());
     return Status::Ok();

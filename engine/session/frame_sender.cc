@@ -8,13 +8,15 @@ namespace gpumigrate {
 
 FrameSender::FrameSender(std::vector<Stream*> streams, const FrameKeys& keys, double rate_limit_bytes_per_s,
                          Clock& clock)
-    : protector_(MakeFrameProtector(keys)),
-      frames_(streams.size(), 0),
+    : frames_(streams.size(), 0),
       stream_bytes_(streams.size(), 0),
       limiter_(rate_limit_bytes_per_s, clock),
       clock_(clock),
       lanes_(streams.size()) {
-  for (size_t i = 0; i < streams.size(); ++i) lanes_[i].stream = streams[i];
+  for (size_t i = 0; i < streams.size(); ++i) {
+    lanes_[i].stream = streams[i];
+    lanes_[i].protector = MakeFrameProtector(keys);
+  }
   for (size_t i = 0; i < streams.size(); ++i) lanes_[i].thread = std::thread([this, i] { Run(i); });
 }
 
@@ -39,23 +41,31 @@ void FrameSender::Run(size_t i) {
   while (true) {
     cv_.wait(lk, [&] { return stop_ || !lane.queue.empty(); });
     if (lane.queue.empty()) return;  // stopping, nothing left
-    std::vector<std::byte> frame = std::move(lane.queue.front());
+    Queued q = std::move(lane.queue.front());
     lane.queue.pop_front();
     lane.busy = true;
     const bool failed = !error_.ok();  // read under the lock: Send() and the other lanes write it
     lk.unlock();
-    Status st = failed ? Status::Ok() : lane.stream->WriteAll(frame);
+    std::vector<std::byte>& frame = q.frame;
+    Status st;
+    if (!failed) {
+      const size_t payload = frame.size() - wire::kFrameHeaderBytes - wire::kFrameTagBytes;
+      wire::Tag tag;
+      st = lane.protector->SealInPlace(std::span<const std::byte>(frame).first(wire::kFrameHeaderBytes),
+                                       static_cast<uint32_t>(i), q.sequence,
+                                       std::span<std::byte>(frame).subspan(wire::kFrameHeaderBytes, payload), tag);
+      if (st.ok()) {
+        std::memcpy(frame.data() + wire::kFrameHeaderBytes + payload, tag.data(), tag.size());
+        st = lane.stream->WriteAll(frame);
+      }
+    }
     lk.lock();
     lane.busy = false;
     lane.queued_bytes -= frame.size();
     if (!failed && st.ok()) written_ += frame.size();
     if (--in_flight_ == 0) busy_ += clock_.Now() - busy_since_;
     if (!st.ok() && error_.ok()) {
-      // The sequence number, from the frame's own header (Send() encoded it).
-      auto h = wire::DecodeHeader(std::span<const std::byte, wire::kFrameHeaderBytes>(frame.data(),
-                                                                                     wire::kFrameHeaderBytes));
-      error_ = st.WithContext(h.ok() ? fmt::format("data stream {}: send frame {}", i, h->sequence)
-                                     : fmt::format("data stream {}: send frame", i));
+      error_ = st.WithContext(fmt::format("data stream {}: send frame {}", i, q.sequence));
     }
     cv_.notify_all();
   }
@@ -76,14 +86,11 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
   h.raw_length = raw_length;
   h.payload_length = static_cast<uint32_t>(payload.size());
   auto header = wire::EncodeHeader(h);
-  wire::Tag tag;
-  GM_ASSIGN_OR_RETURN(std::span<const std::byte> wire_payload,
-                      protector_->Seal(header, h.stream_id, h.sequence, payload, sealed_, tag));
-  // One contiguous buffer per frame: the stream's thread owns it until written.
-  std::vector<std::byte> frame(header.size() + wire_payload.size() + tag.size());
+  // One contiguous buffer per frame (both protectors keep the payload's length):
+  // the stream's thread seals it in place and owns it until written.
+  std::vector<std::byte> frame(header.size() + payload.size() + wire::kFrameTagBytes);
   std::memcpy(frame.data(), header.data(), header.size());
-  if (!wire_payload.empty()) std::memcpy(frame.data() + header.size(), wire_payload.data(), wire_payload.size());
-  std::memcpy(frame.data() + header.size() + wire_payload.size(), tag.data(), tag.size());
+  if (!payload.empty()) std::memcpy(frame.data() + header.size(), payload.data(), payload.size());
   const uint64_t total = frame.size();
   if (live_rate_ != nullptr) {
     const double r = live_rate_->load(std::memory_order_relaxed);
@@ -122,7 +129,7 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
     if (!error_.ok()) return error_;
     lane.queued_bytes += total;
     if (in_flight_++ == 0) busy_since_ = clock_.Now();
-    lane.queue.push_back(std::move(frame));
+    lane.queue.push_back(Queued{std::move(frame), frames_[s]});
     cv_.notify_all();
   }
   last_stream_ = static_cast<uint32_t>(s);

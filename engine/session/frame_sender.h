@@ -1,9 +1,11 @@
 // FrameSender: builds data frames (header, sealed payload, tag) and sends them on
 // the data streams in parallel, one sending thread per stream.
 //
-// Send() seals the frame on the caller's thread, numbers it (per stream, from 0,
-// round-robin over the streams), applies the rate cap and queues it for its
-// stream's thread. Each stream's queue holds at most kLaneBudgetBytes, so memory in
+// Send() numbers the frame (per stream, from 0, round-robin over the streams),
+// copies it into a buffer of its own, applies the rate cap and queues it for
+// its stream's thread, which seals it in place (AES-256-GCM or the integrity
+// tag, a protector per stream) and writes it: sealing runs on as many threads
+// as there are streams, beside the caller's. Each stream's queue holds at most kLaneBudgetBytes, so memory in
 // flight is bounded by streams x budget whatever the device size, and a slow
 // receiver or network blocks Send(): backpressure. The first write error is kept
 // and returned by every later Send() and by Flush(). Frame counts and byte counts
@@ -91,9 +93,14 @@ class FrameSender {
   LinkSample Link();  // any thread
 
  private:
+  struct Queued {
+    std::vector<std::byte> frame;  // header, payload (sealed by the lane), tag
+    uint64_t sequence = 0;
+  };
   struct Lane {
     Stream* stream = nullptr;
-    std::deque<std::vector<std::byte>> queue;
+    std::unique_ptr<FrameProtector> protector;
+    std::deque<Queued> queue;
     size_t queued_bytes = 0;
     bool busy = false;
     std::thread thread;
@@ -104,8 +111,6 @@ class FrameSender {
   template <class Pred>
   Status WaitCallingHook(std::unique_lock<std::mutex>& lk, Pred ready);
 
-  std::unique_ptr<FrameProtector> protector_;
-  std::vector<std::byte> sealed_;
   std::vector<uint64_t> frames_;  // == next sequence number per stream
   uint32_t last_stream_ = 0;
   uint64_t last_sequence_ = 0;

@@ -145,6 +145,8 @@ void Source::ReportProgress(Phase p, uint32_t round, uint64_t total, uint64_t do
 // Sends every page marked in sets_ (and clears the marks). The first round
 // (`skip_known`) skips pages the destination already holds: zeros on a fresh
 // destination, or what an earlier part of the session sent (a continuation).
+// The chunks are read, hashed and encoded by the pipeline's workers ahead of
+// the session thread, which sends them in order (CommitChunk).
 Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   uint64_t total = 0;
   for (size_t i = 0; i < regions_.size(); ++i) total += sets_[i].Count() * regions_[i].page_size;
@@ -155,85 +157,120 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   uint64_t sent_before = sender_->bytes_sent();
   round_sent_before_ = sent_before;
   const Phase phase = rr.final ? Phase::kSwitchover : Phase::kRoundStart;
-  PageClassifier pages;  // zero-page elision and per-page hashes, chunk by chunk
-  for (size_t i : order_) {
-    const RegionInfo& r = regions_[i];
-    DirtyBitmap& set = sets_[i];
-    const uint64_t ps = r.page_size;
-    const uint64_t max_pages = std::max<uint64_t>(1, opt_.max_frame_payload_bytes / ps);
-    for (uint64_t p = set.NextSet(0); p < r.pages(); p = set.NextSet(p)) {
-      uint64_t run_end = set.NextClear(p);
-      while (p < run_end) {
-        GM_RETURN_IF_ERROR(Interrupted());
-        uint64_t n = std::min(run_end - p, max_pages);
-        uint64_t off = p * ps;
-        uint64_t len = std::min(n * ps, r.size_bytes - off);
-        buf_.resize(len);
-        const auto read_start = clock_.Now();
-        if (Status rd = dev_.Read(r.id, off, buf_); !rd.ok()) {
-          device_failed_ = true;
-          return rd.WithContext(fmt::format("read region {}", r.name));
+  if (!pipeline_) pipeline_ = std::make_unique<ChunkPipeline>(dev_, SourceWorkers(opt_.workers));
+  // The next chunk to read: the walk over the dirty set runs ahead of the sends
+  // by at most the pipeline's depth.
+  size_t oi = 0;          // index in order_
+  uint64_t next = 0;      // the page to look from in region order_[oi]
+  uint64_t run_end = 0;   // the end of the dirty run being cut into chunks
+  auto submit_more = [&] {
+    while (pipeline_->in_flight() < pipeline_->depth() && oi < order_.size()) {
+      const size_t i = order_[oi];
+      const RegionInfo& r = regions_[i];
+      const uint64_t ps = r.page_size;
+      if (next >= run_end) {
+        next = sets_[i].NextSet(next);
+        if (next >= r.pages()) {
+          ++oi;
+          next = run_end = 0;
+          continue;
         }
-        const double read_ms = MsBetween(read_start, clock_.Now());
-        const uint64_t offered_before = rr.offered_pages;
-        live_->Worked(len);  // progress even when nothing needs sending (pages the destination holds)
-        pages.Classify(buf_, ps);
-        for (const PageRun& whole : pages.runs()) {
-          // The parts of the run the destination does not hold yet.
-          unknown_.clear();
-          if (!skip_known) {
-            unknown_.push_back(whole);
-          } else {
-            const uint64_t same = AppendUnknownParts(whole, pages.hashes(),
-                                                     std::span<const uint64_t>(hashes_.All()[i]).subspan(p), ps, unknown_);
-            (whole.zero ? rr.zero_pages : rr.known_pages) += same;
-          }
-          for (const PageRun& run : unknown_) {
-            if (run.zero) {
-              rr.zero_pages += run.pages;
-              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
-                                               static_cast<uint32_t>(run.length_bytes), {}));
-              if (!rr.final) NoteSent(i, p + run.first_page, run.pages, true);
-            } else {
-              auto raw = std::span<const std::byte>(buf_).subspan(run.offset_bytes, run.length_bytes);
-              bool offered = false;
-              if (!rr.final) {
-                GM_RETURN_IF_ERROR(OfferRun(i, round, p + run.first_page, off + run.offset_bytes, raw, rr, &offered));
-              }
-              if (offered) continue;
-              rr.pages_sent += run.pages;
-              CodecKind used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
-              auto payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
-              rr.raw_bytes += run.length_bytes;
-              rr.payload_bytes += payload.size();
-              GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
-                                               static_cast<uint32_t>(run.length_bytes), payload,
-                                               static_cast<uint8_t>(used)));
-              if (!rr.final) NoteSent(i, p + run.first_page, run.pages, false);
-            }
-          }
-          for (uint64_t k = whole.first_page; k < whole.first_page + whole.pages; ++k) {
-            hashes_.Set(i, p + k, pages.hashes()[k]);
-          }
-        }
-        // Reading pages that went by digest is offer time too, not the link's (its share of this read).
-        rr.offer_ms += read_ms * static_cast<double>((rr.offered_pages - offered_before) * ps) / static_cast<double>(len);
-        tracker_->NoteSent(r.id, p, pages.hashes());  // a hashing tracker compares with what was sent
-        for (uint64_t q = p; q < p + n; ++q) set.Clear(q);  // pages left set go in a later round
-        done += n * ps;
-        round_left_bytes_ = total > done ? total - done : 0;
-        round_done_bytes_ = done;
-        p += n;
-        ReportProgress(phase, round, total, done, false);
-        if (!rr.final) GM_RETURN_IF_ERROR(WatchLink());
-        if (!rr.final && opt_.switch_now && (switch_now_ = opt_.switch_now())) break;
+        run_end = sets_[i].NextClear(next);
       }
-      if (switch_now_ && !rr.final) break;
+      const uint64_t max_pages = std::max<uint64_t>(1, opt_.max_frame_payload_bytes / ps);
+      ChunkJob j;
+      j.region = i;
+      j.region_id = r.id;
+      j.first_page = next;
+      j.pages = std::min(run_end - next, max_pages);
+      j.offset = next * ps;
+      j.length = std::min(j.pages * ps, r.size_bytes - j.offset);
+      j.page_size = ps;
+      if (skip_known) j.held = std::span<const uint64_t>(hashes_.All()[i]).subspan(next, j.pages);
+      // Where the content offer may take a run, the session thread encodes (only what it sends).
+      if (rr.final || !offer_.enabled()) {
+        j.codec = codec_[i];
+        j.level = opt_.codec.level;
+      }
+      pipeline_->Submit(j);
+      next += j.pages;
     }
-    if (switch_now_ && !rr.final) break;
+  };
+  Status st;
+  while (true) {
+    submit_more();
+    if (pipeline_->in_flight() == 0) break;
+    Chunk& c = pipeline_->Front();
+    st = CommitChunk(c, round, rr, phase, total, done);
+    pipeline_->PopFront();
+    if (!st.ok() || (switch_now_ && !rr.final)) break;
   }
+  pipeline_->Clear();  // a failure or a round cut short: what was read ahead stays marked, for later
+  GM_RETURN_IF_ERROR(st);
   rr.bytes = sender_->bytes_sent() - sent_before;
   round_left_bytes_ = 0;
+  return Status::Ok();
+}
+
+// Sends one chunk the workers prepared: its zero runs, its data runs (offered
+// by digest, or encoded), then records its pages' hashes and clears them from
+// the dirty set (but for those a sync marked again while it was in flight).
+Status Source::CommitChunk(Chunk& c, uint32_t round, RoundReport& rr, Phase phase, uint64_t total, uint64_t& done) {
+  GM_RETURN_IF_ERROR(Interrupted());
+  const ChunkJob& j = c.job;
+  const size_t i = j.region;
+  const RegionInfo& r = regions_[i];
+  const uint64_t p = j.first_page, off = j.offset, ps = j.page_size;
+  if (!c.read.ok()) {
+    device_failed_ = true;
+    return c.read.WithContext(fmt::format("read region {}", r.name));
+  }
+  const uint64_t offered_before = rr.offered_pages;
+  live_->Worked(j.length);  // progress even when nothing needs sending (pages the destination holds)
+  rr.zero_pages += c.same_zero;
+  rr.known_pages += c.same_known;
+  for (size_t k = 0; k < c.parts.size(); ++k) {
+    const PageRun& run = c.parts[k];
+    if (run.zero) {
+      rr.zero_pages += run.pages;
+      GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kZeroPages, r.id, round, off + run.offset_bytes,
+                                       static_cast<uint32_t>(run.length_bytes), {}));
+      if (!rr.final) NoteSent(i, p + run.first_page, run.pages, true);
+      continue;
+    }
+    auto raw = std::span<const std::byte>(c.raw).subspan(run.offset_bytes, run.length_bytes);
+    bool offered = false;
+    if (!rr.final) {
+      GM_RETURN_IF_ERROR(OfferRun(i, round, p + run.first_page, off + run.offset_bytes, raw, rr, &offered));
+    }
+    if (offered) continue;
+    rr.pages_sent += run.pages;
+    CodecKind used = c.used[k];
+    std::span<const std::byte> payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(c.encoded[k]);
+    if (j.codec == CodecKind::kNone && codec_[i] != CodecKind::kNone) {  // left to this thread (see SendSet)
+      used = encoder_.Encode(codec_[i], opt_.codec.level, raw, encoded_);
+      payload = used == CodecKind::kNone ? raw : std::span<const std::byte>(encoded_);
+    }
+    rr.raw_bytes += run.length_bytes;
+    rr.payload_bytes += payload.size();
+    GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPages, r.id, round, off + run.offset_bytes,
+                                     static_cast<uint32_t>(run.length_bytes), payload, static_cast<uint8_t>(used)));
+    if (!rr.final) NoteSent(i, p + run.first_page, run.pages, false);
+  }
+  for (uint64_t k = 0; k < c.hashes.size(); ++k) hashes_.Set(i, p + k, c.hashes[k]);
+  // Reading pages that went by digest is offer time too, not the link's (its share of this read).
+  rr.offer_ms += c.read_ms * static_cast<double>((rr.offered_pages - offered_before) * ps) /
+                 static_cast<double>(j.length);
+  tracker_->NoteSent(r.id, p, c.hashes);  // a hashing tracker compares with what was sent
+  DirtyBitmap& set = sets_[i];
+  for (uint64_t q = p; q < p + j.pages; ++q) set.Clear(q);  // pages left set go in a later round
+  for (uint64_t q : c.keep) set.Set(q);
+  done += j.pages * ps;
+  round_left_bytes_ = total > done ? total - done : 0;
+  round_done_bytes_ = done;
+  ReportProgress(phase, round, total, done, false);
+  if (!rr.final) GM_RETURN_IF_ERROR(WatchLink());
+  if (!rr.final && opt_.switch_now) switch_now_ = opt_.switch_now();
   return Status::Ok();
 }
 
@@ -306,6 +343,17 @@ Status Source::WatchLink() {
 }
 
 void Source::MergeWritten() {
+  if (pending_.empty()) return;
+  // A page of a chunk read ahead and not sent yet that a sync found written:
+  // its send must not clear the mark (the bytes read may predate the write).
+  if (pipeline_) {
+    for (auto& c : pipeline_->chunks()) {
+      const DirtyBitmap& w = pending_[c->job.region];
+      for (uint64_t q = c->job.first_page; q < c->job.first_page + c->job.pages; ++q) {
+        if (w.Test(q)) c->keep.push_back(q);
+      }
+    }
+  }
   for (size_t i = 0; i < pending_.size(); ++i) {
     sets_[i].OrWith(pending_[i]);
     pending_[i].ClearAll();

@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/session/chunk_pipeline.h"
 #include "engine/session/content_offer.h"
 #include "engine/session/frame_sender.h"
 #include "engine/session/link_watch.h"
@@ -88,6 +89,7 @@ class Source {
   uint64_t BytesSent() const { return link_bytes_before_ + (sender_ ? sender_->bytes_sent() : 0); }
   Status ChooseCodecs(const wire::v1::Hello& peer);
   Status SendSet(uint32_t round, bool skip_known, RoundReport& rr);
+  Status CommitChunk(Chunk& c, uint32_t round, RoundReport& rr, Phase phase, uint64_t total, uint64_t& done);
   // Offers a run of whole pages by SHA-256 (a PageDigests frame), when the
   // destination has a content store and the offer's state says so; *offered
   // says whether it did (else the caller sends the bytes).
@@ -187,7 +189,7 @@ class Source {
   std::vector<CodecKind> codec_;  // per region
   FrameEncoder encoder_;
   std::vector<std::byte> encoded_;
-  std::vector<PageRun> unknown_;
+  std::unique_ptr<ChunkPipeline> pipeline_;  // the reading workers, from the first round on
   // Resumable pre-copy.
   std::optional<std::array<std::byte, 32>> aes_key_;  // this connection's data key
   // The frames of the round the destination has not confirmed yet, each with its

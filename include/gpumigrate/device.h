@@ -93,6 +93,9 @@ class Device {
   // Copies region bytes [offset, offset + out.size()) into `out`; must not cross
   // the region's end. Offsets and sizes need not be page aligned.
   virtual Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) = 0;
+  // Whether Read may be called from several threads at once (on any ranges):
+  // the source's workers then read in parallel, else one at a time.
+  virtual bool ConcurrentReads() const { return false; }
   // Destination side (RESUMING): stores bytes. Bounds are checked, never trusted.
   virtual Status Write(uint32_t region, uint64_t offset, std::span<const std::byte> in) = 0;
   // Stores a zero page range (cheaper than Write of zeros on most backends).

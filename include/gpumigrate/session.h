@@ -122,6 +122,9 @@ struct SourceOptions {
   // controller) can change it while it runs. Borrowed.
   const std::atomic<double>* bandwidth_now = nullptr;
   uint32_t max_frame_payload_bytes = 1 << 20;
+  // Threads that read the device, hash its pages and compress them (0: this
+  // host's cores, at most 8); frames are sealed by one thread per data stream.
+  uint32_t workers = 0;
   // Payload codec; `auto` samples each region and compresses only where it pays
   // on a link capped by bandwidth_limit_bytes_per_s (unlimited: no compression).
   CodecChoice codec;

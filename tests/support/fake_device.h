@@ -62,6 +62,7 @@ class FakeDevice final : public Device, public DirtyTracker {
     state_ = next;
     return Status::Ok();
   }
+  bool ConcurrentReads() const override { return true; }  // under mu_
   Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) override {
     std::lock_guard lk(mu_);
     auto& m = mem_.at(region);

@@ -19,6 +19,11 @@ class IntegrityOnly final : public FrameProtector {
     tag = wire::ComputeTag(key_, header, payload);
     return payload;
   }
+  Status SealInPlace(std::span<const std::byte> header, uint32_t, uint64_t, std::span<std::byte> payload,
+                     wire::Tag& tag) override {
+    tag = wire::ComputeTag(key_, header, payload);
+    return Status::Ok();
+  }
   Status Open(std::span<const std::byte> header, uint32_t, uint64_t, std::span<std::byte> payload,
               const wire::Tag& tag) override {
     if (wire::ComputeTag(key_, header, payload) != tag) {
@@ -57,6 +62,21 @@ class AesGcm final : public FrameProtector {
       return Internal("aes-gcm: seal failed");
     }
     return std::span<const std::byte>(scratch);
+  }
+
+  Status SealInPlace(std::span<const std::byte> header, uint32_t stream, uint64_t sequence,
+                     std::span<std::byte> payload, wire::Tag& tag) override {
+    auto nonce = Nonce(stream, sequence);
+    int len = 0;
+    if (EVP_EncryptInit_ex(enc_, nullptr, nullptr, U(key_.data()), U(nonce.data())) != 1 ||
+        EVP_EncryptUpdate(enc_, nullptr, &len, U(header.data()), static_cast<int>(header.size())) != 1 ||
+        (!payload.empty() && EVP_EncryptUpdate(enc_, U(payload.data()), &len, U(payload.data()),
+                                               static_cast<int>(payload.size())) != 1) ||
+        EVP_EncryptFinal_ex(enc_, U(payload.data()) + payload.size(), &len) != 1 ||
+        EVP_CIPHER_CTX_ctrl(enc_, EVP_CTRL_GCM_GET_TAG, 16, tag.data()) != 1) {
+      return Internal("aes-gcm: seal failed");
+    }
+    return Status::Ok();
   }
 
   Status Open(std::span<const std::byte> header, uint32_t stream, uint64_t sequence, std::span<std::byte> payload,

@@ -33,6 +33,10 @@ class FrameProtector {
   virtual Result<std::span<const std::byte>> Seal(std::span<const std::byte> header, uint32_t stream, uint64_t sequence,
                                                   std::span<const std::byte> payload, std::vector<std::byte>& scratch,
                                                   wire::Tag& tag) = 0;
+  // Seal, with the sealed payload written over `payload` (the frame's own
+  // buffer: no scratch copy).
+  virtual Status SealInPlace(std::span<const std::byte> header, uint32_t stream, uint64_t sequence,
+                             std::span<std::byte> payload, wire::Tag& tag) = 0;
   // Checks the tag and decrypts `payload` in place; an error names no secrets.
   virtual Status Open(std::span<const std::byte> header, uint32_t stream, uint64_t sequence,
                       std::span<std::byte> payload, const wire::Tag& tag) = 0;

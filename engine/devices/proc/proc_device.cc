@@ -198,6 +198,12 @@ class ProcDeviceImpl : public ProcDevice {
     return Status::Ok();
   }
 
+  // Shared memory or process_vm_readv: any thread; CUDA memory goes through the
+  // one staging buffer, one read at a time.
+  bool ConcurrentReads() const override {
+    return std::none_of(regions_.begin(), regions_.end(), [](const Region& r) { return r.cuda; });
+  }
+
   Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) override {
     GM_ASSIGN_OR_RETURN(Region * r, Check(region, offset, out.size(), "read"));
     if (r->cuda) return staging_->Read(region, offset, out);

@@ -59,6 +59,8 @@ class ShmDeviceImpl : public ShmDevice {
     return Status::Ok();
   }
 
+  bool ConcurrentReads() const override { return true; }  // pread at an offset: any thread
+
   Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) override {
     GM_RETURN_IF_ERROR(CheckRange("shm", "read", regions_, region, offset, out.size()));
     size_t done = 0;

@@ -182,6 +182,9 @@ class SimDeviceImpl final : public SimDevice {
     return Status::Ok();
   }
 
+  // Pages are generated from atomic versions (or copied from memory): any thread.
+  bool ConcurrentReads() const override { return true; }
+
   Status Read(uint32_t region, uint64_t offset, std::span<std::byte> out) override {
     GM_ASSIGN_OR_RETURN(SimRegion * r, Check(region, offset, out.size(), "read"));
     if (r->mem) {
