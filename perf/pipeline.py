@@ -4,10 +4,12 @@ the parallel pipeline will be judged by), through what a user runs: `migrate`
 and `receive` as two processes on loopback, `checkpoint` and `restore` for each
 side alone.
 
-  perf/pipeline.py GPUMIGRATE NETWORK_MIGRATION [SIZES] [STREAMS] [RUNS]
+  perf/pipeline.py GPUMIGRATE NETWORK_MIGRATION [SIZES] [STREAMS] [RUNS] [THREADS]
 
 SIZES: comma-separated sim sizes (default 1GiB,4GiB); STREAMS: data streams
-(default 2); RUNS: repetitions of each line (default 1; the median is printed).
+(default 2); RUNS: repetitions of each line (default 1; the median is printed);
+THREADS: comma-separated source worker counts (`--threads`, default 1,2): each
+source line once per count.
 NETWORK_MIGRATION: build/release/perf/network_migration (its --floors-only).
 
 Printed, one JSON object per line, all measured in this run:
@@ -31,8 +33,10 @@ divided by the per-core time every stage a byte passes costs, on both sides
 (source: sim read, page hash, codec, seal, TCP send; destination: TCP receive,
 open, codec, page hash, write): what the engine could move if every stage ran
 on every core with nothing else in the way. Seal, open and TCP cost per wire
-byte (raw / the run's compression ratio). The engine today runs one session
-thread per side: `workers` is 1, and a 2-worker line is not built yet."""
+byte (raw / the run's compression ratio). The codecs' rates are measured on bf16
+weights: on noise a codec gives up sooner, so its floor there is low (a ratio
+above 1). `workers` is the source's --threads; the destination has no workers
+yet (one session thread, one receiving thread per stream)."""
 import json
 import os
 import statistics
@@ -47,6 +51,7 @@ gm, floors_bin = sys.argv[1], sys.argv[2]
 sizes = (sys.argv[3] if len(sys.argv) > 3 else "1GiB,4GiB").split(",")
 streams = int(sys.argv[4]) if len(sys.argv) > 4 else 2
 runs = int(sys.argv[5]) if len(sys.argv) > 5 else 1
+threads = [int(t) for t in (sys.argv[6] if len(sys.argv) > 6 else "1,2").split(",")]
 work = tempfile.mkdtemp(prefix="gm-pipeline-perf-")
 shm = tempfile.mkdtemp(prefix="gm-pipeline-perf-", dir="/dev/shm") if os.path.isdir("/dev/shm") else work
 env = dict(os.environ, GPUMIGRATE_CALIBRATION=os.path.join(work, "cal.json"))
@@ -134,7 +139,7 @@ def cpu_floor(per_core, data, config, ratio, side="both"):
     return cores / (src + dst + 2 * c["tcp"] / ratio)
 
 
-def end_to_end(size, data, config):
+def end_to_end(size, data, config, workers):
     sec, codec, _ = CONFIGS[config]
     dev = device(size, data)
     port_file = os.path.join(work, "port")
@@ -150,7 +155,7 @@ def end_to_end(size, data, config):
         time.sleep(0.05)
     port = open(port_file).read().strip()
     rc, out, err, src_ru = run([gm, "migrate", "--device", dev, "--to", f"127.0.0.1:{port}", "--streams", str(streams),
-                                "--codec", codec, "--warmup", "100ms", "--json"] + sec)
+                                "--codec", codec, "--threads", str(workers), "--warmup", "100ms", "--json"] + sec)
     _, _, dst_ru = wait4(recv, 300)
     recv_out.seek(0)
     rout = recv_out.read().decode()
@@ -163,10 +168,11 @@ def end_to_end(size, data, config):
             "source": src_ru, "destination": dst_ru, "verified": s["verified"] and json.loads(rout)["verified"]}
 
 
-def one_side(size, data):
+def one_side(size, data, workers):
     dev = device(size, data)
     path = os.path.join(shm, "ckpt")
-    rc, out, err, src_ru = run([gm, "checkpoint", "--device", dev, "--to", path, "--warmup", "100ms", "--json"])
+    rc, out, err, src_ru = run([gm, "checkpoint", "--device", dev, "--to", path, "--threads", str(workers),
+                                "--warmup", "100ms", "--json"])
     if rc != 0:
         sys.exit(f"checkpoint {dev}: {err}")
     c = json.loads(out)
@@ -189,27 +195,31 @@ raw_tcp = floors["raw_loopback_tcp"]["bytes_per_s"]
 enc_tcp = floors["encrypted_loopback_tcp"]["bytes_per_s"]
 for size in sizes:
     for data in ("bf16", "noise"):
-        sides = [one_side(size, data) for _ in range(runs)]
-        for i, (kind, side) in enumerate((("source_alone", "source"), ("dest_alone", "destination"))):
-            rate = statistics.median(s[i]["raw_bytes_per_s"] for s in sides)
-            floor = cpu_floor(per_core, data, "plain", 1.0, side)
-            emit({"kind": kind, "size": size, "data": data, "security": "integrity tag (no --key-file)",
-                  "workers": 1, "raw_bytes_per_s": round(rate),
-                  "cpu_floor_bytes_per_s": round(floor), "of_cpu_floor": round(rate / floor, 3),
-                  "peak_rss_bytes": max(s[i]["rss"]["peak_rss_bytes"] for s in sides),
-                  "workers_2": "not built (issue 38 step 3/4)"})
+        for workers in threads:
+            sides = [one_side(size, data, workers) for _ in range(runs)]
+            for i, (kind, side) in enumerate((("source_alone", "source"), ("dest_alone", "destination"))):
+                if kind == "dest_alone" and workers != threads[0]:
+                    continue  # the destination has no workers: once is enough
+                rate = statistics.median(s[i]["raw_bytes_per_s"] for s in sides)
+                floor = cpu_floor(per_core, data, "plain", 1.0, side)
+                emit({"kind": kind, "size": size, "data": data, "security": "integrity tag (no --key-file)",
+                      "workers": workers if kind == "source_alone" else 1, "raw_bytes_per_s": round(rate),
+                      "cpu_floor_bytes_per_s": round(floor), "of_cpu_floor": round(rate / floor, 3),
+                      "peak_rss_bytes": max(s[i]["rss"]["peak_rss_bytes"] for s in sides)})
         for config in CONFIGS:
-            res = [end_to_end(size, data, config) for _ in range(runs)]
-            rate = median_of(res, "raw_bytes_per_s")
-            ratio = median_of(res, "ratio")
-            floor = cpu_floor(per_core, data, config, ratio)
-            emit({"kind": "end_to_end", "size": size, "data": data, "config": config, "streams": streams,
-                  "workers": 1, "raw_bytes_per_s": round(rate), "wire_bytes_per_s": round(median_of(res, "wire_bytes_per_s")),
-                  "compression_ratio": round(ratio, 3), "cpu_floor_bytes_per_s": round(floor),
-                  "of_cpu_floor": round(rate / floor, 3),
-                  "of_raw_tcp": round(rate / raw_tcp, 3), "of_encrypted_floor": round(rate / enc_tcp, 3),
-                  "source_peak_rss_bytes": max(r["source"]["peak_rss_bytes"] for r in res),
-                  "destination_peak_rss_bytes": max(r["destination"]["peak_rss_bytes"] for r in res),
-                  "source_cpu_s": median_of([r["source"] for r in res], "cpu_s"),
-                  "destination_cpu_s": median_of([r["destination"] for r in res], "cpu_s"),
-                  "round0_ms": round(median_of(res, "round0_ms"), 1), "verified": all(r["verified"] for r in res)})
+            for workers in threads:
+                res = [end_to_end(size, data, config, workers) for _ in range(runs)]
+                rate = median_of(res, "raw_bytes_per_s")
+                ratio = median_of(res, "ratio")
+                floor = cpu_floor(per_core, data, config, ratio)
+                emit({"kind": "end_to_end", "size": size, "data": data, "config": config, "streams": streams,
+                      "workers": workers, "raw_bytes_per_s": round(rate),
+                      "wire_bytes_per_s": round(median_of(res, "wire_bytes_per_s")),
+                      "compression_ratio": round(ratio, 3), "cpu_floor_bytes_per_s": round(floor),
+                      "of_cpu_floor": round(rate / floor, 3),
+                      "of_raw_tcp": round(rate / raw_tcp, 3), "of_encrypted_floor": round(rate / enc_tcp, 3),
+                      "source_peak_rss_bytes": max(r["source"]["peak_rss_bytes"] for r in res),
+                      "destination_peak_rss_bytes": max(r["destination"]["peak_rss_bytes"] for r in res),
+                      "source_cpu_s": median_of([r["source"] for r in res], "cpu_s"),
+                      "destination_cpu_s": median_of([r["destination"] for r in res], "cpu_s"),
+                      "round0_ms": round(median_of(res, "round0_ms"), 1), "verified": all(r["verified"] for r in res)})

@@ -106,6 +106,7 @@ std::string ReportToJson(const MigrationReport& r) {
   j["stop_reason"] = std::string(StopReasonName(r.stop_reason));
   j["drain_recommended"] = r.drain_recommended;
   j["compression_ratio"] = Round3(r.compression_ratio);
+  if (r.source_workers > 0) j["source_workers"] = r.source_workers;
   nlohmann::ordered_json codecs = nlohmann::ordered_json::array();
   for (const auto& c : r.codecs) {
     nlohmann::ordered_json x{{"region", c.region}, {"codec", c.codec}};

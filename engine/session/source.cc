@@ -157,7 +157,10 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   uint64_t sent_before = sender_->bytes_sent();
   round_sent_before_ = sent_before;
   const Phase phase = rr.final ? Phase::kSwitchover : Phase::kRoundStart;
-  if (!pipeline_) pipeline_ = std::make_unique<ChunkPipeline>(dev_, SourceWorkers(opt_.workers));
+  if (!pipeline_) {
+    pipeline_ = std::make_unique<ChunkPipeline>(dev_, SourceWorkers(opt_.workers));
+    report_.source_workers = pipeline_->workers();
+  }
   // The next chunk to read: the walk over the dirty set runs ahead of the sends
   // by at most the pipeline's depth.
   size_t oi = 0;          // index in order_

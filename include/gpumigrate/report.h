@@ -109,6 +109,7 @@ struct MigrationReport {
   };
   std::vector<RegionCodec> codecs;
   double compression_ratio = 1;      // raw page bytes / their payload bytes, whole migration
+  uint32_t source_workers = 0;       // the source's reading workers (--threads); 0: a destination's report
   struct StreamStat {
     uint32_t stream = 0;
     uint64_t bytes = 0;
