@@ -111,6 +111,19 @@ bool RecvAll(int fd, void* data, size_t n) {
   return true;
 }
 
+// A listening socket on 127.0.0.1 at a free port; `a` is its address.
+int ListenLoopback(sockaddr_in& a) {
+  int lfd = socket(AF_INET, SOCK_STREAM, 0);
+  a = sockaddr_in{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  listen(lfd, 16);
+  socklen_t len = sizeof a;
+  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  return lfd;
+}
+
 struct Floor {
   double bytes_per_s = 0;
   double cpu_s = 0;
@@ -119,14 +132,8 @@ struct Floor {
 // The encrypted floor: per stream, a sender that seals 1 MiB frames of noise
 // (header, payload, tag) and a receiver that opens each, over plain loopback TCP.
 Floor EncryptedTcp(uint64_t bytes, uint32_t streams) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(lfd, 16);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int lfd = ListenLoopback(a);
   FrameKeys keys;
   keys.aes_gcm = true;
   for (size_t i = 0; i < keys.aes_key.size(); ++i) keys.aes_key[i] = static_cast<std::byte>(i * 7 + 1);
@@ -210,14 +217,8 @@ double SimReadRate(bool noise) {
 
 // Plain blocking sockets, one thread per side per stream: the floor.
 double RawTcp(uint64_t bytes, uint32_t streams) {
-  int lfd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  listen(lfd, 16);
-  socklen_t len = sizeof a;
-  getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+  const int lfd = ListenLoopback(a);
   std::vector<std::thread> threads;
   auto t0 = SteadyClock::now();
   for (uint32_t s = 0; s < streams; ++s) {

@@ -50,17 +50,8 @@ class AesGcm final : public FrameProtector {
   Result<std::span<const std::byte>> Seal(std::span<const std::byte> header, uint32_t stream, uint64_t sequence,
                                           std::span<const std::byte> payload, std::vector<std::byte>& scratch,
                                           wire::Tag& tag) override {
-    auto nonce = Nonce(stream, sequence);
-    scratch.resize(payload.size());
-    int len = 0;
-    if (EVP_EncryptInit_ex(enc_, nullptr, nullptr, U(key_.data()), U(nonce.data())) != 1 ||
-        EVP_EncryptUpdate(enc_, nullptr, &len, U(header.data()), static_cast<int>(header.size())) != 1 ||
-        (!payload.empty() && EVP_EncryptUpdate(enc_, U(scratch.data()), &len, U(payload.data()),
-                                               static_cast<int>(payload.size())) != 1) ||
-        EVP_EncryptFinal_ex(enc_, U(scratch.data()) + payload.size(), &len) != 1 ||
-        EVP_CIPHER_CTX_ctrl(enc_, EVP_CTRL_GCM_GET_TAG, 16, tag.data()) != 1) {
-      return Internal("aes-gcm: seal failed");
-    }
+    scratch.assign(payload.begin(), payload.end());
+    GM_RETURN_IF_ERROR(SealInPlace(header, stream, sequence, scratch, tag));
     return std::span<const std::byte>(scratch);
   }
 
