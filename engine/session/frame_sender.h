@@ -126,6 +126,10 @@ class FrameSender {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Lane> lanes_;
+  // Under mu_: buffers of frames written, reused by Send (at most
+  // kSparePerLane per stream: about what a lane's budget holds in 1 MiB frames).
+  static constexpr size_t kSparePerLane = kLaneBudgetBytes / (1 << 20) + 2;
+  std::vector<std::vector<std::byte>> spare_;
   Status error_;
   bool stop_ = false;
   // Under mu_: frames queued or being written, since when that count is non-zero,

@@ -189,6 +189,27 @@ TEST(FrameSender, AesGcmFramesOpenWithTheSameKeyOnly) {
   EXPECT_FALSE(MakeFrameProtector(other)->Open(f.header_bytes, 0, 0, bad, f.tag).ok());
 }
 
+// Written frames' buffers are reused: a small frame after a large one, and a
+// large one after small ones, still carry exactly their own bytes and tags.
+TEST(FrameSender, ReusedBuffersCarryOnlyTheirOwnFrame) {
+  auto [w, r] = MakePipe("d0", 8 << 20);
+  FakeClock clock;
+  FrameKeys keys;
+  keys.aes_gcm = true;
+  FrameSender sender({w.get()}, keys, 0, clock);
+  const std::vector<size_t> sizes = {1 << 20, 7, 1 << 20, 3, 4096, (1 << 20) - 1, 0, 65536};
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto payload = Bytes(sizes[i], static_cast<uint8_t>(i + 1));
+    ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, i * 4096, static_cast<uint32_t>(sizes[i]), payload).ok());
+    ASSERT_TRUE(sender.Flush().ok());  // written: its buffer goes back for the next frame
+    ReadFrame f = ReadOne(*r);
+    EXPECT_EQ(f.header.payload_length, sizes[i]);
+    EXPECT_EQ(f.header.sequence, i);
+    ASSERT_TRUE(MakeFrameProtector(keys)->Open(f.header_bytes, 0, i, f.payload, f.tag).ok()) << i;
+    EXPECT_EQ(f.payload, payload) << "frame " << i;
+  }
+}
+
 TEST(FrameSender, SendBlocksOnceTheLaneBudgetIsQueued) {
   GateStream gate;
   FakeClock clock;
