@@ -72,11 +72,12 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
       ->check(CLI::Range(1, 64));
   c->add_option("--nic", f.nic, "The target's NIC rate, when below the link");
   c->add_option("--per-stream", f.per_stream, "The most one data stream carries on the target, e.g. 25Gbit");
-  c->add_option("--source-threads", f.source_threads,
-                "Threads that read, hash, compress and seal on the source; 1 is the engine as built (its session "
-                "thread); more projects a parallel pipeline it does not have yet")
-      ->check(CLI::Range(1, 4096))
-      ->capture_default_str();
+  c->add_option("--threads,--source-threads", f.threads,
+                "The source's reading workers on the target, as `migrate --threads` (default: what migrate runs on "
+                "--cores cores: one per core, at most 8)")
+      ->check(CLI::Range(1, 4096));
+  c->add_option("--read-rate", f.read_rate,
+                "One core's rate reading the device on the target, e.g. 3GB/s (default: memcpy, from the profile)");
   c->add_flag("--shared-host", f.shared_host,
               "Source and destination share the target's cores (a migration over loopback, as the projection checks "
               "run)");
@@ -87,7 +88,8 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
   c->add_option("--transport", f.transport,
                 "The path the migration will take, measured once per configuration between two processes of this "
                 "host and stored (tls: PSK TLS 1.3 with AES-GCM data; insecure: --insecure-no-tls; in-process: the "
-                "in-process pipeline, no socket); with --streams, --codec and --link")
+                "in-process pipeline, no socket); with --streams, --codec and --link. With a target (--project, --cores, "
+                "...): whether its pipeline seals with AES-GCM and crosses sockets")
       ->check(CLI::IsMember({"tls", "insecure", "in-process"}))
       ->capture_default_str();
   c->add_option("--warmup", f.warmup, "Let the workload run this long before observing")->capture_default_str();
@@ -191,7 +193,12 @@ Status SetTarget(const EstimateFlags& f, EstimateOptions& o) {
     GM_ASSIGN_OR_RETURN(t.per_stream_bytes_per_s, ParseRateBytesPerS(f.per_stream));
   }
   t.shared_host = f.shared_host;
-  t.source_threads = f.source_threads;
+  t.encrypted = f.transport != "insecure";  // integrity tags only: no AES-GCM stage
+  t.network = f.transport != "in-process";
+  t.source_workers = f.threads;
+  if (!f.read_rate.empty()) {
+    GM_ASSIGN_OR_RETURN(t.device_read_bytes_per_s, ParseRateBytesPerS(f.read_rate));
+  }
   o.target = t;
   return Status::Ok();
 }
@@ -224,7 +231,7 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
     return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
   }
   if (o.project || !f.target.empty() || f.cores || !f.nic.empty() || !f.per_stream.empty() || f.shared_host ||
-      f.source_threads != 1) {
+      f.threads != 0 || !f.read_rate.empty()) {
     GM_RETURN_IF_ERROR(SetTarget(f, o));
   }
   return o;

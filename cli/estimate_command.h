@@ -34,7 +34,8 @@ struct EstimateFlags {
   uint32_t cores = 0;               // 0: the profile's
   uint32_t streams = 0;             // 0: the migration's default
   std::string nic, per_stream;
-  uint32_t source_threads = 1;      // the engine today: one session thread
+  uint32_t threads = 0;             // the source's workers (migrate --threads); 0: as migrate picks for --cores
+  std::string read_rate;            // one core's device read rate; "": memcpy
   bool shared_host = false;         // source and destination share the target's cores (loopback)
   std::string warmup = "500ms";
   std::string codec = "none";

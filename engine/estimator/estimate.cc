@@ -9,6 +9,7 @@
 #include "engine/codec_choice/codec_choice.h"
 #include "gpumigrate/calibration.h"
 #include "gpumigrate/estimator.h"
+#include "gpumigrate/session.h"
 #include "gpumigrate/units.h"
 
 namespace gpumigrate {
@@ -164,12 +165,16 @@ Status TargetBandwidth(const EstimateOptions& o, EstimateReport& r) {
   r.link = o.link_text.empty() ? fmt::format("{:.0f}B/s", b.wire_bytes_per_s) : o.link_text;
   r.link_source = fmt::format("target pipeline: {} raw ({} on the wire), bound by the {}", FormatRate(b.raw_bytes_per_s),
                               FormatRate(b.wire_bytes_per_s), b.binds);
+  const uint32_t workers = t.source_workers ? t.source_workers : DefaultSourceWorkers(t.cores);
   r.assumptions.push_back(fmt::format(
-      "target: {} cores per side, {} data streams, {} source pipeline thread{}{}, per-core stage rates {}; the "
-      "pipeline runs at the lowest of its limits, here the {}; the pessimistic bound takes 90% of it",
-      t.cores, t.streams, t.source_threads, t.source_threads == 1 ? "" : "s",
-      t.source_threads == 1 ? " (the engine as built reads, hashes and seals on one session thread)"
-                            : " (a parallel pipeline the engine does not have yet)",
+      "target: {} cores per side, {} data streams, {} source worker{} ({}; the session thread copies frames, one "
+      "thread per stream seals and sends){}, per-core stage rates {}; the pipeline runs at the lowest of its "
+      "limits, here the {}; the pessimistic bound takes 90% of it",
+      t.cores, t.streams, workers, workers == 1 ? "" : "s",
+      t.source_workers ? "--threads" : "what migrate runs on that many cores",
+      t.device_read_bytes_per_s > 0 ? fmt::format(", the device read at {} per core",
+                                                  FormatRate(t.device_read_bytes_per_s))
+                                    : std::string(),
       t.rates_source, b.binds));
   r.assumptions.push_back(
       o.codec.mode == CodecChoice::Mode::kNone

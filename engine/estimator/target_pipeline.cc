@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "gpumigrate/projection.h"
+#include "gpumigrate/session.h"
 #include "gpumigrate/units.h"
 
 namespace gpumigrate {
@@ -68,30 +69,35 @@ CodecStages StagesOf(CodecKind k) {
 Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, double ratio) {
   if (t.cores == 0) return InvalidArgument("the target has no cores for the migration");
   if (t.streams == 0) return InvalidArgument("the target has no data streams");
-  if (t.source_threads == 0) return InvalidArgument("the target has no source pipeline threads");
   if (!(ratio >= 1) || !std::isfinite(ratio)) ratio = 1;
   if (codec == CodecKind::kNone) ratio = 1;
   const StageRates& r = t.per_core;
   const double wire = 1 / ratio;
-  std::vector<Stage> session{{"read", r.copy}, {"page hash", r.hash}};
+  const uint32_t workers = t.source_workers ? t.source_workers : DefaultSourceWorkers(t.cores);
+  const double read = t.device_read_bytes_per_s > 0 ? t.device_read_bytes_per_s : r.copy;
+  // The engine's source (engine/session/chunk_pipeline.h, frame_sender.h):
+  // workers read, hash and compress each chunk; the session thread copies each
+  // frame's payload behind its header; one thread per data stream seals
+  // (or tags) and sends. The destination: one thread per stream receives,
+  // opens (or checks the tag), decompresses, hashes and writes.
+  std::vector<Stage> work{{"read", read}, {"page hash", r.hash}};
+  std::vector<Stage> session{{"frame copy", r.copy, wire}};
   std::vector<Stage> send, dst;
   if (t.network) dst.push_back({"socket receive", r.tcp, wire});
-  if (t.encrypted) dst.push_back({"AES-GCM open", r.aes_gcm, wire});
+  dst.push_back(t.encrypted ? Stage{"AES-GCM open", r.aes_gcm, wire} : Stage{"tag check", r.hash, wire});
   if (codec != CodecKind::kNone) {
     const CodecStages c = StagesOf(codec);
-    session.push_back({c.compress, r.*c.compress_rate});
+    work.push_back({c.compress, r.*c.compress_rate});
     dst.push_back({c.decompress, r.*c.decompress_rate});
   }
-  if (t.encrypted) session.push_back({"AES-GCM seal", r.aes_gcm, wire});
+  send.push_back(t.encrypted ? Stage{"AES-GCM seal", r.aes_gcm, wire} : Stage{"tag", r.hash, wire});
   if (t.network) send.push_back({"socket send", r.tcp, wire});
   dst.push_back({"page hash", r.hash});
   dst.push_back({"write", r.copy});
+  GM_ASSIGN_OR_RETURN(SideCost wc, Sum("source", work));
   GM_ASSIGN_OR_RETURN(SideCost sc, Sum("source", session));
+  GM_ASSIGN_OR_RETURN(SideCost nc, Sum("source", send));
   GM_ASSIGN_OR_RETURN(SideCost dc, Sum("destination", dst));
-  SideCost nc;
-  if (!send.empty()) {
-    GM_ASSIGN_OR_RETURN(nc, Sum("source", send));
-  }
 
   PipelineBound b;
   auto group = [&](const char* name, uint32_t threads, const char* what, const SideCost& c) {
@@ -100,10 +106,11 @@ Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, doubl
                         fmt::format("{} {} thread{} on {} cores ({}); costliest: {}", threads, what,
                                     threads == 1 ? "" : "s", t.cores, c.detail, c.costliest)});
   };
-  group("source session thread", t.source_threads, "session", sc);
-  if (!send.empty()) group("source send", t.streams, "sending", nc);
+  group("source workers", workers, "reading", wc);
+  group("source session thread", 1, "session", sc);
+  group("source send", t.streams, "sending", nc);
   group("destination CPU", t.streams, "receiving", dc);
-  const double src_all = sc.s_per_byte + nc.s_per_byte;
+  const double src_all = wc.s_per_byte + sc.s_per_byte + nc.s_per_byte;
   b.limits.push_back({"source CPU", t.cores / src_all, fmt::format("all source stages on {} cores", t.cores)});
   if (t.shared_host) {
     b.limits.push_back({"shared CPU", t.cores / (src_all + dc.s_per_byte),

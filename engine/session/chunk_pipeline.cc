@@ -5,12 +5,13 @@
 
 #include <fmt/format.h>
 
+#include "gpumigrate/session.h"
+
 namespace gpumigrate::session_detail {
 
 uint32_t SourceWorkers(uint32_t requested) {
   if (requested > 0) return requested;
-  const unsigned cores = std::thread::hardware_concurrency();
-  return std::clamp<uint32_t>(cores == 0 ? 1 : cores, 1, 8);
+  return DefaultSourceWorkers(std::thread::hardware_concurrency());
 }
 
 ChunkPipeline::ChunkPipeline(Device& dev, uint32_t workers)
@@ -132,3 +133,9 @@ void ChunkPipeline::Prepare(Chunk& c, PageClassifier& pages, FrameEncoder& encod
 }
 
 }  // namespace gpumigrate::session_detail
+
+namespace gpumigrate {
+
+uint32_t DefaultSourceWorkers(uint32_t cores) { return std::clamp<uint32_t>(cores == 0 ? 1 : cores, 1, 8); }
+
+}  // namespace gpumigrate

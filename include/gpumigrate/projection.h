@@ -5,18 +5,21 @@
 // pipeline.
 //
 // The pipeline model, of the engine as it is built: every raw byte costs each
-// side CPU time in every stage it passes. The source's session thread reads,
-// hashes, compresses and seals (source_threads = 1 today: one core however many
-// the host has); each data stream's thread sends. The destination runs one
-// thread per stream that receives, opens, decompresses, hashes and writes. A
-// group of threads runs at min(threads, cores) over its summed per-byte time,
-// and each side at most at cores over all its per-byte time. The migration runs
-// at the lowest of these (with both sides' time summed when they share one
-// host, as in a loopback check), the link, the NIC, and streams x the
-// per-stream limit. Per-core stage rates are
-// measured on this host (`gpumigrate calibrate`) or on the real target
-// (`gpumigrate calibrate --profile-out FILE` there, `estimate --target FILE`
-// here). Pure except MeasureHostProfile and the file functions.
+// side CPU time in every stage it passes. On the source, the workers (as many
+// as `migrate --threads`, by default DefaultSourceWorkers of the cores) read,
+// hash and compress; the session thread copies each frame's payload behind its
+// header; each data stream's thread seals (or tags) and sends. The destination
+// runs one thread per stream that receives, opens (or checks the tag),
+// decompresses, hashes and writes. A group of threads runs at
+// min(threads, cores) over its summed per-byte time, and each side at most at
+// cores over all its per-byte time. The migration runs at the lowest of these
+// (with both sides' time summed when they share one host, as in a loopback
+// check), the link, the NIC, and streams x the per-stream limit. Per-core
+// stage rates are measured on this host (`gpumigrate calibrate`) or on the
+// real target (`gpumigrate calibrate --profile-out FILE` there, `estimate
+// --target FILE` here). Not modelled: a content store's offers (the session
+// thread then encodes what it sends). Pure except MeasureHostProfile and the
+// file functions.
 #pragma once
 
 #include <chrono>
@@ -71,7 +74,9 @@ struct TargetSpec {
   uint32_t streams = 4;               // data streams of the migration
   double per_stream_bytes_per_s = 0;  // 0: no per-stream limit
   uint32_t cores = 0;                 // cores per side available to the migration
-  uint32_t source_threads = 1;        // threads that read, hash, compress and seal (the engine today: 1)
+  uint32_t source_workers = 0;        // the source's reading workers (migrate --threads); 0: the engine's
+                                      // default for `cores` (DefaultSourceWorkers)
+  double device_read_bytes_per_s = 0; // one core's rate reading the device; 0: memcpy (per_core.copy)
   bool shared_host = false;           // source and destination share these cores (loopback)
   bool encrypted = true;              // AES-256-GCM frames (TLS); false: integrity tags only
   bool network = true;                // frames cross sockets (false: an in-process migration)
@@ -80,8 +85,8 @@ struct TargetSpec {
 };
 
 struct PipelineLimit {
-  std::string name;     // "source session thread", "source send", "source CPU", "destination CPU",
-                        // "shared CPU", "link", "NIC", "streams"
+  std::string name;     // "source workers", "source session thread", "source send", "source CPU",
+                        // "destination CPU", "shared CPU", "link", "NIC", "streams"
   double raw_bytes_per_s = 0;
   std::string detail;   // e.g. "4 cores / (read 0.1 + hash 0.2 + ... ns/B); largest: AES-GCM seal"
 };

@@ -86,6 +86,11 @@ enum class SourceFate {
 };
 std::string_view SourceFateName(SourceFate f);  // "release", "resume", "stop"
 
+// The source's reading workers on a host of `cores` cores when --threads is
+// not given: one per core, at most 8 (two 1 MiB chunks in flight each). The
+// engine and the estimator's projection (gpumigrate/projection.h) both use it.
+uint32_t DefaultSourceWorkers(uint32_t cores);
+
 // Carries on a session whose earlier part went to the same destination before
 // (an incremental checkpoint after its base): the destination already holds what
 // that part sent, so round 0 sends only pages whose hash differs from it, and
@@ -122,8 +127,9 @@ struct SourceOptions {
   // controller) can change it while it runs. Borrowed.
   const std::atomic<double>* bandwidth_now = nullptr;
   uint32_t max_frame_payload_bytes = 1 << 20;
-  // Threads that read the device, hash its pages and compress them (0: this
-  // host's cores, at most 8); frames are sealed by one thread per data stream.
+  // Threads that read the device, hash its pages and compress them (0:
+  // DefaultSourceWorkers of this host's cores); frames are sealed by one
+  // thread per data stream.
   uint32_t workers = 0;
   // Payload codec; `auto` samples each region and compresses only where it pays
   // on a link capped by bandwidth_limit_bytes_per_s (unlimited: no compression).

@@ -202,6 +202,19 @@ grep -q "<svg" "$tmp/p.svg" && echo "ok: --plot draws an SVG" || { echo "FAIL: n
   --static-fraction 0.7 --cores 64 --link 100Gbit --json >"$tmp/kv.json" 2>/dev/null
 check "estimate with explicit per-GPU figures" 0 $?
 python3 -c "import json,sys; r=json.load(open(sys.argv[1])); assert 'target_pipeline' in r and any('given, not measured' in a for a in r['assumptions']), r['assumptions']; print('ok: explicit workload and target pipeline in the JSON')" "$tmp/kv.json" || fail=1
+# The pipeline as built: the workers migrate would run (--threads), integrity tags with --transport insecure.
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --project 80GB --target "$tmp/target.json" --cores 4 \
+  --threads 3 --transport insecure --json >"$tmp/w.json" 2>/dev/null
+check "estimate --threads" 0 $?
+python3 - "$tmp/w.json" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert any("3 source workers (--threads" in a for a in r["assumptions"]), r["assumptions"]
+limits = {l["name"]: l for l in r["target_pipeline"]["limits"]}
+assert "3 reading threads on 4 cores" in limits["source workers"]["detail"], limits
+assert "tag" in limits["source send"]["detail"] and "AES" not in limits["source send"]["detail"], limits
+print("ok: the projection runs migrate's workers and tags without TLS")
+PY
 "$bin" estimate --project 80GB --target "$tmp/absent.json" >"$tmp/e6b" 2>&1; check "missing host profile" 2 $?
 contains "missing host profile is named" "$tmp/e6b" "absent.json"
 "$bin" estimate --project-table >"$tmp/e6c" 2>&1; check "table without a projection" 2 $?
