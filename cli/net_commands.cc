@@ -130,7 +130,10 @@ Reconnect SourceReconnect(const HostPort& to, uint32_t streams, const TlsConfig*
     const auto deadline = t0 + window;
     progress.Note(fmt::format("connection to the receiver lost: resuming the session (up to {:.0f} s)",
                               std::chrono::duration<double>(window).count()));
-    std::optional<std::chrono::steady_clock::time_point> refused_since;
+    // Since when every attempt was refused (a plain time point and a flag: g++
+    // took an optional's value here for maybe-uninitialized).
+    std::chrono::steady_clock::time_point refused_since{};
+    bool refused = false;
     Status last = Unavailable("no attempt was made");
     int attempts = 0;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -151,12 +154,13 @@ Reconnect SourceReconnect(const HostPort& to, uint32_t streams, const TlsConfig*
       // (a short grace covers a listener that is briefly busy).
       if (last.message().find("refused") != std::string::npos) {
         const auto now = std::chrono::steady_clock::now();
-        if (!refused_since) refused_since = now;
-        if (now - *refused_since > std::chrono::seconds(3)) {
+        if (!refused) refused_since = now;
+        refused = true;
+        if (now - refused_since > std::chrono::seconds(3)) {
           return Unavailable(fmt::format("the receiver refuses connections, so it is gone: {}", last.message()));
         }
       } else {
-        refused_since.reset();
+        refused = false;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }

@@ -25,7 +25,9 @@ Printed, one JSON object per line, all measured in this run:
                  recorded stream);
   end_to_end     `migrate` -> `receive` over loopback: plain (integrity tag,
                  no TLS), tls (PSK TLS 1.3 control, AES-256-GCM frames),
-                 tls+zstd, tls+bf16; on bf16 weights and on noise;
+                 tls+zstd, tls+bf16, and tls with --codec auto behind a
+                 1 GB/s cap (its raw rate beside the cap: the codec beats the
+                 link when above 1); on bf16 weights and on noise;
 each with its raw rate (device bytes before compression per second of round 0,
 the round that moves the device), its CPU floor and the ratio to it, and both
 processes' peak RSS. The CPU floor of a configuration is this host's cores
@@ -65,7 +67,11 @@ CONFIGS = {  # name: (migrate/receive security args, codec, seal stage)
     "tls": (["--psk-file", psk], "none", "aes_gcm"),
     "tls+zstd": (["--psk-file", psk], "zstd", "aes_gcm"),
     "tls+bf16": (["--psk-file", psk], "bf16", "aes_gcm"),
+    # Issue 38's codec goal: behind a 1 GB/s link, `--codec auto` must move
+    # bf16 weights faster than the link (raw rate >= 1.35 GB/s).
+    "tls+auto@1GB/s": (["--psk-file", psk], "auto", "aes_gcm"),
 }
+LINK_CAPS = {"tls+auto@1GB/s": 1e9}  # migrate --bandwidth (bytes/s on the wire)
 
 
 def emit(obj):
@@ -155,7 +161,8 @@ def end_to_end(size, data, config, workers):
         time.sleep(0.05)
     port = open(port_file).read().strip()
     rc, out, err, src_ru = run([gm, "migrate", "--device", dev, "--to", f"127.0.0.1:{port}", "--streams", str(streams),
-                                "--codec", codec, "--threads", str(workers), "--warmup", "100ms", "--json"] + sec)
+                                "--codec", codec, "--threads", str(workers), "--warmup", "100ms", "--json"] + sec +
+                               (["--bandwidth", f"{LINK_CAPS[config] / 1e9:g}GB/s"] if config in LINK_CAPS else []))
     _, _, dst_ru = wait4(recv, 300)
     recv_out.seek(0)
     rout = recv_out.read().decode()
@@ -165,6 +172,7 @@ def end_to_end(size, data, config, workers):
     r0 = s["rounds"][0]
     return {"raw_bytes_per_s": r0["raw_bytes"] / (r0["ms"] / 1e3), "wire_bytes_per_s": r0["bytes"] / (r0["ms"] / 1e3),
             "ratio": s["compression_ratio"], "round0_ms": r0["ms"], "stun_ms": s["stun_ms"],
+            "codecs": sorted({c["codec"] for c in s.get("codecs", [])}),
             "source": src_ru, "destination": dst_ru, "verified": s["verified"] and json.loads(rout)["verified"]}
 
 
@@ -211,6 +219,17 @@ for size in sizes:
                 res = [end_to_end(size, data, config, workers) for _ in range(runs)]
                 rate = median_of(res, "raw_bytes_per_s")
                 ratio = median_of(res, "ratio")
+                if config in LINK_CAPS:  # bound by the cap, not the CPU: its figure is the ratio to the cap
+                    cap = LINK_CAPS[config]
+                    emit({"kind": "end_to_end", "size": size, "data": data, "config": config, "streams": streams,
+                          "workers": workers, "raw_bytes_per_s": round(rate), "link_cap_bytes_per_s": round(cap),
+                          "of_link_cap": round(rate / cap, 3), "compression_ratio": round(ratio, 3),
+                          "codecs": res[0]["codecs"],
+                          "source_peak_rss_bytes": max(r["source"]["peak_rss_bytes"] for r in res),
+                          "destination_peak_rss_bytes": max(r["destination"]["peak_rss_bytes"] for r in res),
+                          "round0_ms": round(median_of(res, "round0_ms"), 1),
+                          "verified": all(r["verified"] for r in res)})
+                    continue
                 floor = cpu_floor(per_core, data, config, ratio)
                 emit({"kind": "end_to_end", "size": size, "data": data, "config": config, "streams": streams,
                       "workers": workers, "raw_bytes_per_s": round(rate),
