@@ -24,7 +24,7 @@ FrameSender::~FrameSender() {
   {
     std::lock_guard lk(mu_);
     stop_ = true;
-    cv_.notify_all();
+    for (auto& l : lanes_) l.cv.notify_one();
   }
   for (auto& l : lanes_) l.thread.join();
 }
@@ -39,7 +39,7 @@ void FrameSender::Run(size_t i) {
   Lane& lane = lanes_[i];
   std::unique_lock lk(mu_);
   while (true) {
-    cv_.wait(lk, [&] { return stop_ || !lane.queue.empty(); });
+    lane.cv.wait(lk, [&] { return stop_ || !lane.queue.empty(); });
     if (lane.queue.empty()) return;  // stopping, nothing left
     Queued q = std::move(lane.queue.front());
     lane.queue.pop_front();
@@ -68,7 +68,9 @@ void FrameSender::Run(size_t i) {
       error_ = st.WithContext(fmt::format("data stream {}: send frame {}", i, q.sequence));
     }
     if (spare_.size() < kSparePerLane * lanes_.size()) spare_.push_back(std::move(frame));
-    cv_.notify_all();
+    // Only a Send waiting for room or a Flush waits on cv_: a wake-up per frame
+    // for nobody cost a futex call and a context switch per page on small frames.
+    if (waiting_ > 0) cv_.notify_all();
   }
 }
 
@@ -141,7 +143,7 @@ Status FrameSender::Send(wire::FrameType type, uint32_t region, uint32_t round, 
     lane.queued_bytes += total;
     if (in_flight_++ == 0) busy_since_ = clock_.Now();
     lane.queue.push_back(Queued{std::move(frame), frames_[s]});
-    cv_.notify_all();
+    lane.cv.notify_one();
   }
   last_stream_ = static_cast<uint32_t>(s);
   last_sequence_ = frames_[s];
@@ -189,6 +191,12 @@ Status FrameSender::Flush() {
 
 template <class Pred>
 Status FrameSender::WaitCallingHook(std::unique_lock<std::mutex>& lk, Pred ready) {
+  if (ready()) return Status::Ok();
+  ++waiting_;  // under mu_: the lanes wake cv_ only while someone waits here
+  struct Done {
+    size_t& n;
+    ~Done() { --n; }  // lk is held again whenever this runs (the wait re-locks)
+  } done{waiting_};
   if (!wait_hook_) {
     cv_.wait(lk, ready);
     return Status::Ok();

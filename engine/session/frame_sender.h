@@ -103,6 +103,7 @@ class FrameSender {
     std::deque<Queued> queue;
     size_t queued_bytes = 0;
     bool busy = false;
+    std::condition_variable cv;  // its queue has a frame, or stop_ (with mu_)
     std::thread thread;
   };
   void Run(size_t lane);
@@ -124,7 +125,8 @@ class FrameSender {
   Clock& clock_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  std::condition_variable cv_;  // a lane finished a frame (for Send's room and Flush), with mu_
+  size_t waiting_ = 0;          // under mu_: threads waiting on cv_
   std::vector<Lane> lanes_;
   // Under mu_: buffers of frames written, reused by Send (at most
   // kSparePerLane per stream: about what a lane's budget holds in 1 MiB frames).

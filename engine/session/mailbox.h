@@ -114,10 +114,13 @@ class Mailbox {
     }
   }
 
-  // Wakes waiters so they can re-check a condition of their own (e.g. frame counts).
+  // Wakes a WaitFor so it can re-check its condition (e.g. frame counts). Called
+  // for every frame received: it wakes nobody unless a WaitFor waits (a wake-up
+  // per frame of a session thread waiting for its next message cost a futex
+  // call and a context switch per page on small frames).
   void Notify() {
     std::lock_guard lk(mu_);
-    cv_.notify_all();
+    if (pred_waiters_ > 0) cv_.notify_all();
   }
 
   // Next message, or the recorded failure, or kDeadlineExceeded, or kAborted when
@@ -153,6 +156,11 @@ class Mailbox {
   Status WaitFor(const std::function<bool()>& pred, Clock::TimePoint deadline, const std::atomic<bool>* cancel,
                  const char* waiting_for) {
     std::unique_lock lk(mu_);
+    ++pred_waiters_;
+    struct Done {
+      int& n;
+      ~Done() { --n; }  // mu_ is held whenever this runs
+    } done{pred_waiters_};
     while (!pred()) {
       GM_RETURN_IF_ERROR(Stopped(deadline, cancel, waiting_for));
       WaitALittle(lk, deadline);
@@ -199,6 +207,7 @@ class Mailbox {
   Clock& clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
+  int pred_waiters_ = 0;  // under mu_: threads in WaitFor (what Notify wakes)
   std::deque<wire::v1::Envelope> queue_;
   Status failure_;
   bool reader_done_ = false;
