@@ -20,6 +20,7 @@ ChunkPipeline::ChunkPipeline(Device& dev, uint32_t workers)
   // Two chunks per worker: one being prepared, one ready while the session
   // thread sends the one before.
   depth_ = 2 * static_cast<size_t>(workers);
+  small_depth_ = kSmallPerWorker * static_cast<size_t>(workers);
   for (uint32_t w = 0; w < workers; ++w) threads_.emplace_back([this] { Run(); });
 }
 
@@ -34,10 +35,13 @@ ChunkPipeline::~ChunkPipeline() {
 }
 
 void ChunkPipeline::Submit(const ChunkJob& job) {
+  const bool small = job.length <= kSmallChunkBytes;
+  (small ? small_in_flight_ : large_in_flight_)++;
+  auto& pool = small ? spare_small_ : spare_;
   std::unique_ptr<Chunk> c;
-  if (!spare_.empty()) {
-    c = std::move(spare_.back());
-    spare_.pop_back();
+  if (!pool.empty()) {
+    c = std::move(pool.back());
+    pool.pop_back();
   } else {
     c = std::make_unique<Chunk>();
   }
@@ -61,7 +65,9 @@ Chunk& ChunkPipeline::Front() {
 }
 
 void ChunkPipeline::PopFront() {
-  spare_.push_back(std::move(chunks_.front()));
+  const bool small = chunks_.front()->job.length <= kSmallChunkBytes;
+  (small ? small_in_flight_ : large_in_flight_)--;
+  (small ? spare_small_ : spare_).push_back(std::move(chunks_.front()));
   chunks_.pop_front();
 }
 

@@ -8,8 +8,13 @@
 // content offers, numbering and queueing frames, the page-hash record, the
 // dirty set, progress and the link's judgement.
 //
-// Memory is bounded whatever the device size: at most depth() chunks are
-// submitted and not yet popped, each holding its raw bytes and encoded parts.
+// Memory is bounded whatever the device size: at most depth() chunks of more
+// than kSmallChunkBytes are submitted and not yet popped, each holding its raw
+// bytes and encoded parts, and beside them at most kSmallPerWorker small ones
+// per worker (scattered dirty pages: a final round of 4 KiB runs), kept in a
+// pool of their own so a small chunk never holds a large chunk's buffers. The
+// many small chunks in flight keep the workers and the session thread from
+// waking each other for every page.
 // A device whose Read is not safe from several threads at once
 // (Device::ConcurrentReads false) is read by one worker at a time; the other
 // stages still run on every worker.
@@ -72,11 +77,18 @@ class ChunkPipeline {
   ChunkPipeline(const ChunkPipeline&) = delete;
   ChunkPipeline& operator=(const ChunkPipeline&) = delete;
 
-  uint32_t workers() const { return static_cast<uint32_t>(threads_.size()); }
-  size_t depth() const { return depth_; }
-  size_t in_flight() const { return chunks_.size(); }  // session thread
+  static constexpr uint64_t kSmallChunkBytes = 64 << 10;
+  static constexpr size_t kSmallPerWorker = 32;
 
-  void Submit(const ChunkJob& job);  // in_flight() < depth()
+  uint32_t workers() const { return static_cast<uint32_t>(threads_.size()); }
+  size_t depth() const { return depth_; }  // chunks over kSmallChunkBytes in flight, at most
+  size_t in_flight() const { return chunks_.size(); }  // session thread
+  // Whether a job of `length` bytes may be submitted now (session thread).
+  bool HasRoom(uint64_t length) const {
+    return length > kSmallChunkBytes ? large_in_flight_ < depth_ : small_in_flight_ < small_depth_;
+  }
+
+  void Submit(const ChunkJob& job);  // HasRoom(job.length)
   // The oldest submitted chunk, once its worker is done with it.
   Chunk& Front();
   void PopFront();
@@ -91,9 +103,11 @@ class ChunkPipeline {
 
   Device& dev_;
   const bool concurrent_reads_;
-  size_t depth_ = 0;
+  size_t depth_ = 0, small_depth_ = 0;
+  size_t large_in_flight_ = 0, small_in_flight_ = 0;  // session thread
   std::deque<std::unique_ptr<Chunk>> chunks_;  // session thread: submitted, not popped
-  std::vector<std::unique_ptr<Chunk>> spare_;  // popped chunks, their buffers kept for reuse
+  // Popped chunks, their buffers kept for reuse: small jobs' and large jobs' apart.
+  std::vector<std::unique_ptr<Chunk>> spare_, spare_small_;
 
   std::mutex mu_;
   std::condition_variable work_cv_, done_cv_;

@@ -167,7 +167,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
   uint64_t next = 0;      // the page to look from in region order_[oi]
   uint64_t run_end = 0;   // the end of the dirty run being cut into chunks
   auto submit_more = [&] {
-    while (pipeline_->in_flight() < pipeline_->depth() && oi < order_.size()) {
+    while (oi < order_.size()) {
       const size_t i = order_[oi];
       const RegionInfo& r = regions_[i];
       const uint64_t ps = r.page_size;
@@ -195,6 +195,7 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
         j.codec = codec_[i];
         j.level = opt_.codec.level;
       }
+      if (!pipeline_->HasRoom(j.length)) break;  // the same job is cut again next time
       pipeline_->Submit(j);
       next += j.pages;
     }

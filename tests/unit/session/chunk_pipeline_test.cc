@@ -235,6 +235,39 @@ TEST(ChunkPipeline, ClearedMidWayItDropsWhatIsInFlightAndCarriesOn) {
   pipe.PopFront();
 }
 
+// Scattered dirty pages (one-page runs) go many to a worker at once, beside at
+// most depth() large chunks; a small chunk never reuses a large one's buffers,
+// and results still come back in submission order.
+TEST(ChunkPipeline, SmallChunksRunDeepAndKeepToSmallBuffers) {
+  ScriptedDevice dev(4096, true);
+  ChunkPipeline pipe(dev, 2);
+  const size_t small_depth = ChunkPipeline::kSmallPerWorker * 2;
+  std::vector<ChunkJob> jobs;  // a large run, then many single pages, then large ones again
+  for (uint64_t p = 0; p < 3; ++p) jobs.push_back(Job(dev, 0, p * 256, 256));  // 1 MiB each
+  for (uint64_t p = 0; p < 3 * small_depth; ++p) jobs.push_back(Job(dev, 1, p * 3, 1));
+  for (uint64_t p = 0; p < 4; ++p) jobs.push_back(Job(dev, 0, 1024 + p * 256, 256));
+  size_t next = 0, popped = 0, max_small = 0, max_large = 0;
+  while (popped < jobs.size()) {
+    while (next < jobs.size() && pipe.HasRoom(jobs[next].length)) pipe.Submit(jobs[next++]);
+    size_t small = 0, large = 0;
+    for (const auto& c : pipe.chunks()) (c->job.length <= ChunkPipeline::kSmallChunkBytes ? small : large)++;
+    max_small = std::max(max_small, small);
+    max_large = std::max(max_large, large);
+    Chunk& c = pipe.Front();
+    EXPECT_EQ(c.job.offset, jobs[popped].offset);
+    EXPECT_EQ(c.job.region_id, jobs[popped].region_id);
+    ExpectPrepared(c);
+    if (c.job.length <= ChunkPipeline::kSmallChunkBytes) {
+      EXPECT_LE(c.raw.capacity(), ChunkPipeline::kSmallChunkBytes) << "a small chunk holds a large one's buffer";
+    }
+    pipe.PopFront();
+    ++popped;
+  }
+  EXPECT_EQ(max_small, small_depth) << "single pages run deep";
+  EXPECT_LE(max_large, pipe.depth());
+  EXPECT_GE(max_large, 2u);
+}
+
 TEST(ChunkPipeline, WorkersDefaultToTheCoresAndAtMostEight) {
   EXPECT_EQ(SourceWorkers(3), 3u);
   const uint32_t automatic = SourceWorkers(0);
