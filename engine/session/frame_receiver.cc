@@ -37,8 +37,9 @@ void FrameReceiver::Run(size_t s) {
   std::vector<std::byte> payload, raw;
   FrameDecoder decoder;  // one zstd context per receiving thread
   auto protector = MakeFrameProtector(keys_);
+  StreamReader in(*streams_[s]);
   for (uint64_t seq = 0;; ++seq) {
-    Status st = ReceiveFrame(s, seq, decoder, *protector, payload, raw);
+    Status st = ReceiveFrame(s, seq, in, decoder, *protector, payload, raw);
     if (!st.ok()) {
       if (!done_.load()) box_->Fail(st.WithContext(fmt::format("data stream {}, frame {}", s, seq)));
       return;
@@ -94,9 +95,9 @@ Status FrameReceiver::CheckHeader(const wire::FrameHeader& h, size_t s, uint64_t
   return Status::Ok();
 }
 
-Status FrameReceiver::ReceiveFrame(size_t s, uint64_t seq, FrameDecoder& decoder, FrameProtector& protector,
-                                   std::vector<std::byte>& payload, std::vector<std::byte>& raw) {
-  Stream& in = *streams_[s];
+Status FrameReceiver::ReceiveFrame(size_t s, uint64_t seq, StreamReader& in, FrameDecoder& decoder,
+                                   FrameProtector& protector, std::vector<std::byte>& payload,
+                                   std::vector<std::byte>& raw) {
   wire::HeaderBytes hb;
   GM_RETURN_IF_ERROR(in.ReadExact(hb));
   GM_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::DecodeHeader(hb));

@@ -1,7 +1,8 @@
 // FrameReceiver: the destination's counterpart of FrameSender. Reads data frames
 // from every data stream in parallel, one thread per stream; checks each frame's
 // header (stream, sequence, lengths, codec, region bounds) before its payload is
-// read, authenticates it, decodes it and hands the raw bytes to `apply`.
+// read, authenticates it, decodes it and hands the raw bytes to `apply`. Each
+// stream is read through a StreamReader (small frames: one read call for many).
 //
 // Frames applied are counted per stream (so the session can wait for a round's
 // frames); the first failure, named "data stream S, frame N: why", goes to the
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "engine/session/mailbox.h"
+#include "engine/session/stream_reader.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
@@ -53,7 +55,7 @@ class FrameReceiver {
 
  private:
   void Run(size_t s);
-  Status ReceiveFrame(size_t s, uint64_t seq, FrameDecoder& decoder, FrameProtector& protector,
+  Status ReceiveFrame(size_t s, uint64_t seq, StreamReader& in, FrameDecoder& decoder, FrameProtector& protector,
                       std::vector<std::byte>& payload, std::vector<std::byte>& raw);
   Status CheckHeader(const wire::FrameHeader& h, size_t s, uint64_t seq) const;
 

@@ -28,6 +28,14 @@ class Stream {
   virtual std::string Name() const = 0;
   virtual Status WriteAll(std::span<const std::byte> data) = 0;
   virtual Status ReadExact(std::span<std::byte> out) = 0;
+  // Reads what has arrived: at least one byte (it waits only for the first),
+  // at most out.size(); 0 at the end of the stream. Streams that cannot
+  // (the default) answer kUnimplemented: read them with ReadExact. One call
+  // instead of several for a run of small reads (StreamReader).
+  virtual Result<size_t> ReadSome(std::span<std::byte> out) {
+    (void)out;
+    return Unimplemented(Name() + ": no ReadSome");
+  }
   virtual void Close() = 0;
   // An abortive Close(): what was written and not yet delivered is dropped, so
   // a migration given up on a slow link does not leave megabytes queued ahead

@@ -161,6 +161,13 @@ class UringTcpStream final : public Stream {
     return Status::Ok();
   }
 
+  Result<size_t> ReadSome(std::span<std::byte> out) override {
+    if (out.empty()) return size_t{0};
+    int n = recv_.Run(false, fd_, out.data(), out.size());
+    if (n < 0) return Status::FromErrno(n, fmt::format("{}: read failed", name_));
+    return static_cast<size_t>(n);
+  }
+
   void Close() override {
     if (!closed_.exchange(true)) ::shutdown(fd_, SHUT_RDWR);
   }
