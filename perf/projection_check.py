@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+import proc_workload
+
 gm, wl = sys.argv[1], sys.argv[2]
 quick = len(sys.argv) > 3 and sys.argv[3] == "QUICK"
 work = tempfile.mkdtemp(prefix="gm-projcheck-")
@@ -44,17 +46,7 @@ def run(args, **kw):
 
 
 def workload(size, adopt=False):
-    args = [wl, "--size", size, "--memory", "memfd", "--rate", RATE, "--fill", "1"]
-    if adopt:
-        args += ["--adopt", "--run-after", "100ms"]
-    p = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    procs.append(p)
-    sock = os.path.join(work, f"gpumigrate-shim.{p.pid}.sock")
-    for _ in range(600):
-        if os.path.exists(sock):
-            return p
-        time.sleep(0.05)
-    raise RuntimeError(f"workload {size} never served its shim")
+    return proc_workload.start(wl, env, work, size, RATE, adopt, procs)
 
 
 def estimate(device, extra):

@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 
+import proc_workload
+
 gm, wl = sys.argv[1], sys.argv[2]
 size = sys.argv[3] if len(sys.argv) > 3 else "512MiB"
 rate = sys.argv[4] if len(sys.argv) > 4 else "100MB/s"
@@ -32,17 +34,7 @@ procs = []
 
 
 def workload(adopt):
-    args = [wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"]
-    if adopt:
-        args += ["--adopt", "--run-after", "100ms"]
-    p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    procs.append(p)
-    sock = os.path.join(work, f"gpumigrate-shim.{p.pid}.sock")
-    for _ in range(1200):
-        if os.path.exists(sock):
-            return p
-        time.sleep(0.05)
-    raise RuntimeError(f"workload {size} never served its shim")
+    return proc_workload.start(wl, env, work, size, rate, adopt, procs)
 
 
 def one():

@@ -1,0 +1,25 @@
+"""A gpumigrate-workload process for the proc-device benchmarks (projection_check,
+scattered_pages): memfd memory written at random at a set rate, served through
+its shim in `shim_dir` ($GPUMIGRATE_SHIM_DIR of `env`)."""
+import os
+import subprocess
+import time
+
+
+def start(wl, env, shim_dir, size, rate, adopt=False, procs=None):
+    """Starts the workload (a destination's with adopt) and waits for its shim."""
+    args = [wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"]
+    if adopt:
+        args += ["--adopt", "--run-after", "100ms"]
+    p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if procs is not None:
+        procs.append(p)
+    sock = os.path.join(shim_dir, f"gpumigrate-shim.{p.pid}.sock")
+    for _ in range(1200):
+        if os.path.exists(sock):
+            return p
+        if p.poll() is not None:
+            raise RuntimeError(f"workload {size} exited {p.returncode} before serving its shim")
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"workload {size} never served its shim")
