@@ -4,7 +4,8 @@
 // Send() numbers the frame (per stream, from 0, round-robin over the streams),
 // copies it into a buffer of its own, applies the rate cap and queues it for
 // its stream's thread, which seals it in place (AES-256-GCM or the integrity
-// tag, a protector per stream) and writes it: sealing runs on as many threads
+// tag, a protector per stream) and writes it (small frames queued together in
+// one write): sealing runs on as many threads
 // as there are streams, beside the caller's. Each stream's queue holds at most kLaneBudgetBytes, so memory in
 // flight is bounded by streams x budget whatever the device size, and a slow
 // receiver or network blocks Send(): backpressure. The first write error is kept
@@ -47,6 +48,10 @@ namespace gpumigrate {
 class FrameSender {
  public:
   static constexpr size_t kLaneBudgetBytes = 4 << 20;
+  // Frames of at most kBatchFrameBytes queued on one stream are written
+  // together, up to kBatchBytes a write.
+  static constexpr size_t kBatchFrameBytes = 64 << 10;
+  static constexpr size_t kBatchBytes = 256 << 10;
   static constexpr std::chrono::milliseconds kWaitHookPeriod{100};
 
   // `clock` (for the rate cap) is borrowed and must outlive the sender.

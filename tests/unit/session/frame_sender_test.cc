@@ -210,6 +210,47 @@ TEST(FrameSender, ReusedBuffersCarryOnlyTheirOwnFrame) {
   }
 }
 
+// Small frames that queue up while their stream is busy leave in one write
+// (a final round of single pages); a large frame leaves alone.
+TEST(FrameSender, SmallFramesQueuedTogetherLeaveInOneWrite) {
+  GateStream gate;
+  FakeClock clock;
+  FrameSender sender({&gate}, IntegrityKeys(), 0, clock);
+  const auto page = Bytes(4096, 2);
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 4096, page).ok());
+  ASSERT_TRUE(Eventually([&] { return gate.writes_started() == 1; }));  // held in its write
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 4096, page).ok());
+  const auto big = Bytes(1 << 20, 3);
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 1 << 20, big).ok());
+  gate.Open();
+  ASSERT_TRUE(sender.Flush().ok());
+  const uint64_t small = wire::kFrameHeaderBytes + 4096 + wire::kFrameTagBytes;
+  EXPECT_EQ(gate.bytes(), 21 * small + wire::kFrameHeaderBytes + (1 << 20) + wire::kFrameTagBytes);
+  EXPECT_EQ(gate.writes_done(), 3) << "the first page, the 20 queued behind it, the megabyte";
+}
+
+// What a batched write carries is every frame, in order, each sealed for its sequence.
+TEST(FrameSender, BatchedFramesArriveInOrderAndOpen) {
+  auto [w, r] = MakePipe("d0", 8 << 20);
+  FakeClock clock;
+  FrameKeys keys;
+  keys.aes_gcm = true;
+  FrameSender sender({w.get()}, keys, 0, clock);
+  std::vector<std::vector<std::byte>> sent;
+  for (int i = 0; i < 200; ++i) {
+    sent.push_back(Bytes(1 + (i * 331) % 9000, static_cast<uint8_t>(i)));
+    ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, static_cast<uint32_t>(sent.back().size()),
+                            sent.back()).ok());
+  }
+  ASSERT_TRUE(sender.Flush().ok());
+  for (size_t i = 0; i < sent.size(); ++i) {
+    ReadFrame f = ReadOne(*r);
+    ASSERT_EQ(f.header.sequence, i);
+    ASSERT_TRUE(MakeFrameProtector(keys)->Open(f.header_bytes, 0, i, f.payload, f.tag).ok()) << i;
+    ASSERT_EQ(f.payload, sent[i]) << i;
+  }
+}
+
 TEST(FrameSender, SendBlocksOnceTheLaneBudgetIsQueued) {
   GateStream gate;
   FakeClock clock;
@@ -257,7 +298,8 @@ TEST(FrameSender, FlushWaitsUntilEveryFrameIsWritten) {
   // More frames after a Flush: the next Flush waits for them too.
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 1000, payload).ok());
   ASSERT_TRUE(sender.Flush().ok());
-  EXPECT_EQ(gate.writes_done(), 4);
+  // Every byte of the four frames is written (small frames may share a write).
+  EXPECT_EQ(gate.bytes(), 4 * (wire::kFrameHeaderBytes + 1000 + wire::kFrameTagBytes));
 }
 
 // A Send or Flush waiting on a stuck stream calls the wait hook (on its own
@@ -306,7 +348,12 @@ TEST(FrameSender, TheFirstWriteErrorNamesStreamAndFrameAndSticks) {
   FakeClock clock;
   FrameSender sender({&ok_stream, &bad_stream}, IntegrityKeys(), 0, clock);
   const auto payload = Bytes(64, 3);
-  for (int i = 0; i < 4; ++i) ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 64, payload).ok());
+  // One frame a write (small frames queued together would share one).
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 64, payload).ok());
+    ASSERT_TRUE(sender.Flush().ok());
+  }
+  ASSERT_TRUE(sender.Send(wire::FrameType::kPages, 0, 0, 0, 64, payload).ok());
   Status flushed = sender.Flush();
   EXPECT_EQ(flushed.code(), StatusCode::kUnavailable);
   EXPECT_EQ(flushed.message(), "data stream 1: send frame 1: failing: write failed: connection reset");
