@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+import proc_workload
+
 # name, device (sim spec, or proc:SIZE:RATE), cap ("" = uncapped), codec, streams, downtime target
 WORKLOADS = [
     ("sim-512M-kv16-uncapped", "sim:size=512MiB,static=0.8,kv=0.15,kv_fill=0.3,kv_rate=16MiB/s,hot=8MiB,page=64KiB,step=10ms", "", "none", 2, "300ms"),
@@ -107,18 +109,8 @@ class Bench:
         return p
 
     def workload(self, size, rate, adopt=False):
-        args = [self.wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"]
-        if adopt:
-            args += ["--adopt", "--run-after", "100ms", "--adopt-timeout", "300s"]
-        p = self.spawn(args)
-        sock = os.path.join(self.work, f"gpumigrate-shim.{p.pid}.sock")
-        for _ in range(1200):
-            if os.path.exists(sock):
-                return p
-            if p.poll() is not None:
-                raise RuntimeError(f"workload {size} exited: {p.stderr.read()[-800:]}")
-            time.sleep(0.05)
-        raise RuntimeError(f"workload {size} never served its shim")
+        return proc_workload.start(self.wl, self.env, self.work, size, rate, adopt, self.procs,
+                                   ["--adopt-timeout", "300s"])
 
     def estimate(self, device, cap, codec, streams, target):
         args = [self.gm, "estimate", "--device", device, "--sample", self.sample, "--warmup", "500ms", "--json",

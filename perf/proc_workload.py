@@ -6,11 +6,11 @@ import subprocess
 import time
 
 
-def start(wl, env, shim_dir, size, rate, adopt=False, procs=None):
+def start(wl, env, shim_dir, size, rate, adopt=False, procs=None, extra=()):
     """Starts the workload (a destination's with adopt) and waits for its shim."""
     args = [wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"]
     if adopt:
-        args += ["--adopt", "--run-after", "100ms"]
+        args += ["--adopt", "--run-after", "100ms"] + list(extra)
     p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if procs is not None:
         procs.append(p)
@@ -23,3 +23,21 @@ def start(wl, env, shim_dir, size, rate, adopt=False, procs=None):
         time.sleep(0.05)
     p.kill()
     raise RuntimeError(f"workload {size} never served its shim")
+
+
+def start_receive(gm, env, work, device, extra, procs=None):
+    """Starts `gpumigrate receive` on loopback for `device`; returns (process, port)."""
+    port_file = os.path.join(work, "port")
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    recv = subprocess.Popen([gm, "receive", "--listen", "127.0.0.1:0", "--port-file", port_file, "--device", device,
+                             "--json"] + list(extra), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if procs is not None:
+        procs.append(recv)
+    for _ in range(400):
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return recv, open(port_file).read().strip()
+        if recv.poll() is not None:
+            raise RuntimeError(f"receive exited {recv.returncode} before listening")
+        time.sleep(0.05)
+    raise RuntimeError("receive never wrote its port")

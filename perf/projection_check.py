@@ -59,19 +59,8 @@ def estimate(device, extra):
 
 def migrate(size, streams, bandwidth=None, workers=None):
     src, dst = workload(size), workload(size, adopt=True)
-    port_file = os.path.join(work, "port")
-    if os.path.exists(port_file):
-        os.unlink(port_file)
     psk = ["--psk-file", os.path.join(work, "psk")]
-    recv = subprocess.Popen([gm, "receive", "--listen", "127.0.0.1:0", "--port-file", port_file, "--device",
-                             f"proc:{dst.pid}", "--json"] + psk, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    procs.append(recv)
-    for _ in range(200):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            break
-        time.sleep(0.05)
-    port = open(port_file).read().strip()
+    recv, port = proc_workload.start_receive(gm, env, work, f"proc:{dst.pid}", psk, procs)
     args = [gm, "migrate", "--to", f"127.0.0.1:{port}", "--device", f"proc:{src.pid}", "--streams", str(streams),
             "--warmup", "300ms", "--json"] + psk
     if bandwidth:

@@ -39,19 +39,8 @@ def workload(adopt):
 
 def one():
     src, dst = workload(False), workload(True)
-    port_file = os.path.join(work, "port")
-    if os.path.exists(port_file):
-        os.unlink(port_file)
     psk = ["--psk-file", os.path.join(work, "psk")]
-    recv = subprocess.Popen([gm, "receive", "--listen", "127.0.0.1:0", "--port-file", port_file, "--device",
-                             f"proc:{dst.pid}", "--json"] + psk, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    procs.append(recv)
-    for _ in range(400):
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            break
-        time.sleep(0.05)
-    port = open(port_file).read().strip()
+    recv, port = proc_workload.start_receive(gm, env, work, f"proc:{dst.pid}", psk, procs)
     r = subprocess.run([gm, "migrate", "--to", f"127.0.0.1:{port}", "--device", f"proc:{src.pid}", "--streams", "2",
                         "--threads", "2", "--warmup", "300ms", "--json"] + psk, env=env, capture_output=True,
                        text=True, timeout=300)
