@@ -24,6 +24,14 @@ FrameKeys IntegrityKeys() {
   return k;
 }
 
+// AES-256-GCM frames under a key of bytes 0, 1, 2, ...
+FrameKeys AesKeys() {
+  FrameKeys keys;
+  keys.aes_gcm = true;
+  for (size_t i = 0; i < keys.aes_key.size(); ++i) keys.aes_key[i] = static_cast<std::byte>(i);
+  return keys;
+}
+
 std::vector<std::byte> Bytes(size_t n, uint8_t seed) {
   std::vector<std::byte> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + seed) & 0xff);
@@ -170,9 +178,7 @@ TEST(FrameSender, NumbersFramesPerStreamRoundRobinWithDecodableHeadersAndValidTa
 TEST(FrameSender, AesGcmFramesOpenWithTheSameKeyOnly) {
   auto [w, r] = MakePipe("d0");
   FakeClock clock;
-  FrameKeys keys;
-  keys.aes_gcm = true;
-  for (size_t i = 0; i < keys.aes_key.size(); ++i) keys.aes_key[i] = static_cast<std::byte>(i);
+  const FrameKeys keys = AesKeys();
   FrameSender sender({w.get()}, keys, 0, clock);
   auto payload = Bytes(300, 9);
   ASSERT_TRUE(sender.Send(wire::FrameType::kDeviceState, wire::kDeviceStateRegion, 0, 0, 300, payload).ok());
@@ -194,8 +200,7 @@ TEST(FrameSender, AesGcmFramesOpenWithTheSameKeyOnly) {
 TEST(FrameSender, ReusedBuffersCarryOnlyTheirOwnFrame) {
   auto [w, r] = MakePipe("d0", 8 << 20);
   FakeClock clock;
-  FrameKeys keys;
-  keys.aes_gcm = true;
+  const FrameKeys keys = AesKeys();
   FrameSender sender({w.get()}, keys, 0, clock);
   const std::vector<size_t> sizes = {1 << 20, 7, 1 << 20, 3, 4096, (1 << 20) - 1, 0, 65536};
   for (size_t i = 0; i < sizes.size(); ++i) {
@@ -233,8 +238,7 @@ TEST(FrameSender, SmallFramesQueuedTogetherLeaveInOneWrite) {
 TEST(FrameSender, BatchedFramesArriveInOrderAndOpen) {
   auto [w, r] = MakePipe("d0", 8 << 20);
   FakeClock clock;
-  FrameKeys keys;
-  keys.aes_gcm = true;
+  const FrameKeys keys = AesKeys();
   FrameSender sender({w.get()}, keys, 0, clock);
   std::vector<std::vector<std::byte>> sent;
   for (int i = 0; i < 200; ++i) {
