@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -87,6 +88,7 @@ void ChunkPipeline::Clear() {
 void ChunkPipeline::Run() {
   PageClassifier pages;
   FrameEncoder encoder;
+  Sha256Hasher sha;
   std::unique_lock lk(mu_);
   while (true) {
     work_cv_.wait(lk, [&] { return stop_ || !todo_.empty(); });
@@ -94,19 +96,20 @@ void ChunkPipeline::Run() {
     Chunk* c = todo_.front();
     todo_.pop_front();
     lk.unlock();
-    Prepare(*c, pages, encoder);
+    Prepare(*c, pages, encoder, sha);
     lk.lock();
     c->ready = true;
     done_cv_.notify_all();
   }
 }
 
-void ChunkPipeline::Prepare(Chunk& c, PageClassifier& pages, FrameEncoder& encoder) {
+void ChunkPipeline::Prepare(Chunk& c, PageClassifier& pages, FrameEncoder& encoder, Sha256Hasher& sha) {
   const ChunkJob& j = c.job;
   c.raw.resize(j.length);
   c.parts.clear();
   c.used.clear();
   c.same_zero = c.same_known = 0;
+  c.digest_ms = 0;
   const auto t = std::chrono::steady_clock::now();
   if (concurrent_reads_) {
     c.read = dev_.Read(j.region_id, j.offset, c.raw);
@@ -136,6 +139,18 @@ void ChunkPipeline::Prepare(Chunk& c, PageClassifier& pages, FrameEncoder& encod
     }
     c.used.push_back(used);
   }
+  if (!j.digest) return;
+  const auto d0 = std::chrono::steady_clock::now();
+  c.digests.resize(j.pages * 32);
+  for (const PageRun& run : c.parts) {
+    if (run.zero) continue;
+    for (uint64_t k = 0; k < run.pages; ++k) {
+      const uint64_t at = run.offset_bytes + k * j.page_size;
+      const ContentDigest d = sha.Digest(std::span<const std::byte>(c.raw).subspan(at, std::min(j.page_size, j.length - at)));
+      std::memcpy(c.digests.data() + (run.first_page + k) * 32, d.data(), 32);
+    }
+  }
+  c.digest_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
 }
 
 }  // namespace gpumigrate::session_detail

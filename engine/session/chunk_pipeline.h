@@ -3,7 +3,8 @@
 // the order it will send them; worker threads read each from the device, split
 // its pages into zero and data runs and hash them (PageClassifier), keep the
 // parts the destination does not hold, and, where asked, encode the data parts
-// with the region's codec. The session thread takes the results back in
+// with the region's codec or compute their pages' SHA-256 for the content
+// offer. The session thread takes the results back in
 // submission order (Front, then PopFront) and does what must stay in order:
 // content offers, numbering and queueing frames, the page-hash record, the
 // dirty set, progress and the link's judgement.
@@ -31,6 +32,7 @@
 
 #include "engine/session/page_classifier.h"
 #include "gpumigrate/codec.h"
+#include "gpumigrate/content_store.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/status.h"
 
@@ -49,6 +51,9 @@ struct ChunkJob {
   std::span<const uint64_t> held;
   CodecKind codec = CodecKind::kNone;  // kNone: the session thread encodes (or sends raw)
   int level = 0;
+  // The content offer may take this chunk's data runs: the worker computes
+  // each data page's SHA-256 (Chunk::digests), so the session thread does not.
+  bool digest = false;
 };
 
 struct Chunk {
@@ -63,6 +68,11 @@ struct Chunk {
   std::vector<PageRun> parts;
   std::vector<CodecKind> used;
   std::vector<std::vector<std::byte>> encoded;
+  // When the job asked for digests: 32 bytes per page of the chunk, set for
+  // the pages of its data parts (zero pages and pages held already are not
+  // hashed), and the time the worker spent on them.
+  std::vector<std::byte> digests;
+  double digest_ms = 0;
   uint64_t same_zero = 0, same_known = 0;  // pages not sent: zero or held already
   // Pages of this chunk that a dirty sync marked again while it was in flight:
   // they stay in the dirty set when it is sent (set by the session thread).
@@ -99,7 +109,7 @@ class ChunkPipeline {
 
  private:
   void Run();
-  void Prepare(Chunk& c, PageClassifier& pages, FrameEncoder& encoder);
+  void Prepare(Chunk& c, PageClassifier& pages, FrameEncoder& encoder, Sha256Hasher& sha);
 
   Device& dev_;
   const bool concurrent_reads_;

@@ -190,8 +190,13 @@ Status Source::SendSet(uint32_t round, bool skip_known, RoundReport& rr) {
       j.length = std::min(j.pages * ps, r.size_bytes - j.offset);
       j.page_size = ps;
       if (skip_known) j.held = std::span<const uint64_t>(hashes_.All()[i]).subspan(next, j.pages);
-      // Where the content offer may take a run, the session thread encodes (only what it sends).
-      if (rr.final || !offer_.enabled()) {
+      // Where the content offer may take the runs, the workers compute their
+      // digests and the session thread encodes only what it sends; where it
+      // will not (the final round, no store, a region it has given up on but
+      // for a re-probe now and then) the workers encode.
+      if (!rr.final && offer_.enabled() && offer_.state(i) != ContentOffer::State::kOff) {
+        j.digest = true;
+      } else {
         j.codec = codec_[i];
         j.level = opt_.codec.level;
       }
@@ -245,7 +250,9 @@ Status Source::CommitChunk(Chunk& c, uint32_t round, RoundReport& rr, Phase phas
     auto raw = std::span<const std::byte>(c.raw).subspan(run.offset_bytes, run.length_bytes);
     bool offered = false;
     if (!rr.final) {
-      GM_RETURN_IF_ERROR(OfferRun(i, round, p + run.first_page, off + run.offset_bytes, raw, rr, &offered));
+      std::span<const std::byte> digests;
+      if (j.digest) digests = std::span<const std::byte>(c.digests).subspan(run.first_page * 32, run.pages * 32);
+      GM_RETURN_IF_ERROR(OfferRun(i, round, p + run.first_page, off + run.offset_bytes, raw, digests, rr, &offered));
     }
     if (offered) continue;
     rr.pages_sent += run.pages;
@@ -262,9 +269,13 @@ Status Source::CommitChunk(Chunk& c, uint32_t round, RoundReport& rr, Phase phas
     if (!rr.final) NoteSent(i, p + run.first_page, run.pages, false);
   }
   for (uint64_t k = 0; k < c.hashes.size(); ++k) hashes_.Set(i, p + k, c.hashes[k]);
-  // Reading pages that went by digest is offer time too, not the link's (its share of this read).
-  rr.offer_ms += c.read_ms * static_cast<double>((rr.offered_pages - offered_before) * ps) /
-                 static_cast<double>(j.length);
+  // Reading and hashing pages that went by digest is offer time, not the
+  // link's: the share of this chunk's read they make up, and the worker's
+  // hashing, each spread over the workers that run beside each other.
+  if (rr.offered_pages > offered_before) {
+    const double share = static_cast<double>((rr.offered_pages - offered_before) * ps) / static_cast<double>(j.length);
+    rr.offer_ms += (c.read_ms * share + c.digest_ms) / pipeline_->workers();
+  }
   tracker_->NoteSent(r.id, p, c.hashes);  // a hashing tracker compares with what was sent
   DirtyBitmap& set = sets_[i];
   for (uint64_t q = p; q < p + j.pages; ++q) set.Clear(q);  // pages left set go in a later round
@@ -279,21 +290,25 @@ Status Source::CommitChunk(Chunk& c, uint32_t round, RoundReport& rr, Phase phas
 }
 
 Status Source::OfferRun(size_t i, uint32_t round, uint64_t first_page, uint64_t offset,
-                        std::span<const std::byte> raw, RoundReport& rr, bool* offered) {
+                        std::span<const std::byte> raw, std::span<const std::byte> digests, RoundReport& rr,
+                        bool* offered) {
   const RegionInfo& r = regions_[i];
   const uint64_t pages = raw.size() / r.page_size;
   *offered = false;
   if (pages == 0 || raw.size() % r.page_size != 0 || !offer_.ShouldOffer(i, pages)) return Status::Ok();
-  const auto t = clock_.Now();
-  digests_.resize(pages * 32);
-  for (uint64_t k = 0; k < pages; ++k) {
-    ContentDigest d = sha_.Digest(raw.subspan(k * r.page_size, r.page_size));
-    std::memcpy(digests_.data() + k * 32, d.data(), 32);
+  if (digests.size() != pages * 32) {  // a re-probe of a region the workers did not hash for
+    const auto t = clock_.Now();
+    digests_.resize(pages * 32);
+    for (uint64_t k = 0; k < pages; ++k) {
+      ContentDigest d = sha_.Digest(raw.subspan(k * r.page_size, r.page_size));
+      std::memcpy(digests_.data() + k * 32, d.data(), 32);
+    }
+    rr.offer_ms += MsBetween(t, clock_.Now());
+    digests = digests_;
   }
-  rr.offer_ms += MsBetween(t, clock_.Now());
   offer_.Offered(i, pages);  // before the frame goes: its answer can come back before Send returns
   GM_RETURN_IF_ERROR(sender_->Send(wire::FrameType::kPageDigests, r.id, round, offset,
-                                   static_cast<uint32_t>(raw.size()), digests_));
+                                   static_cast<uint32_t>(raw.size()), digests));
   NoteSent(i, first_page, pages, false, /*digest=*/true);
   rr.offered_pages += pages;
   offered_bytes_ += raw.size();

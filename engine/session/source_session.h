@@ -92,9 +92,10 @@ class Source {
   Status CommitChunk(Chunk& c, uint32_t round, RoundReport& rr, Phase phase, uint64_t total, uint64_t& done);
   // Offers a run of whole pages by SHA-256 (a PageDigests frame), when the
   // destination has a content store and the offer's state says so; *offered
-  // says whether it did (else the caller sends the bytes).
+  // says whether it did (else the caller sends the bytes). `digests`: the
+  // run's page digests when a worker computed them (else computed here).
   Status OfferRun(size_t i, uint32_t round, uint64_t first_page, uint64_t offset, std::span<const std::byte> raw,
-                  RoundReport& rr, bool* offered);
+                  std::span<const std::byte> digests, RoundReport& rr, bool* offered);
   // The pages the destination could not fill go with data in the next round.
   void MergeMissed(RoundReport& rr);
   uint32_t FirstRound() const { return opt_.continuation ? opt_.continuation->first_round : 0; }

@@ -205,6 +205,40 @@ TEST(ChunkPipeline, DataRunsAreEncodedByTheWorkersAndDecodeToTheirBytes) {
   EXPECT_GT(encoded, 0);  // the scripted bytes compress
 }
 
+TEST(ChunkPipeline, DataPagesAreDigestedByTheWorkersForTheContentOffer) {
+  ScriptedDevice dev(20, true);
+  ChunkPipeline pipe(dev, 2);
+  ChunkJob plain = Job(dev, 0, 0, 20);
+  pipe.Submit(plain);
+  EXPECT_TRUE(pipe.Front().digests.empty()) << "a job not offered is not hashed";
+  pipe.PopFront();
+  // Pages 10-19 held already: only the data pages of 0-9 are sent, so only they are hashed.
+  std::vector<std::byte> buf(20 * kPage);
+  ASSERT_TRUE(dev.Read(0, 0, buf).ok());
+  PageClassifier now;
+  now.Classify(buf, kPage);
+  std::vector<uint64_t> held = now.hashes();
+  for (size_t k = 0; k < 10; ++k) held[k] ^= 1;
+  ChunkJob j = Job(dev, 0, 0, 20);
+  j.held = held;
+  j.digest = true;
+  pipe.Submit(j);
+  Chunk& c = pipe.Front();
+  ASSERT_TRUE(c.read.ok());
+  ASSERT_EQ(c.digests.size(), 20u * 32);
+  int hashed = 0;
+  for (const PageRun& r : c.parts) {
+    if (r.zero) continue;
+    for (uint64_t k = r.first_page; k < r.first_page + r.pages; ++k) {
+      const ContentDigest want = Sha256(std::span<const std::byte>(c.raw).subspan(k * kPage, kPage));
+      EXPECT_EQ(0, std::memcmp(c.digests.data() + k * 32, want.data(), 32)) << "page " << k;
+      ++hashed;
+    }
+  }
+  EXPECT_EQ(hashed, 8);  // pages 0-9 but the zero pages 3 and 8
+  EXPECT_GE(c.digest_ms, 0.0);
+}
+
 TEST(ChunkPipeline, AReadFailureIsKeptWithItsChunkAndTheOthersGoOn) {
   ScriptedDevice dev(40, true);
   dev.fail_page = 12;
