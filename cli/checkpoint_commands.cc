@@ -77,6 +77,9 @@ void PrintInfo(const CheckpointInfo& info) {
   Print("  taken:      {}, source then {}\n", info.live ? "live (pre-copied while running)" : "stop-and-copy",
              info.source_fate);
   if (!info.base.empty()) Print("  base:       {} (file {:016x})\n", info.base, info.base_file_id);
+  if (!info.content_store.empty()) {
+    Print("  content:    pages left to the content store {} (restore --content-store)\n", info.content_store);
+  }
   if (info.verified) {
     Print("  verified:   {} records, {} frames, final round {}, device state {} bytes; every tag, digest and "
                "the device state checked\n",
@@ -94,6 +97,7 @@ int RunVerifyOrInfo(const CheckpointFlags& f, bool verify) {
     RestoreOptions o;
     o.key = *key;
     o.base_paths = f.base_paths;
+    o.session.content_store_dir = f.content_store;
     o.on_progress = FileProgress("checkpoint verify");
     info = VerifyCheckpoint(f.file, o);
   } else {
@@ -137,6 +141,9 @@ CLI::App* AddCheckpointCommand(CLI::App& app, CheckpointFlags& f) {
       ->capture_default_str();
   c->add_option("--key-file", f.key_file, "Encrypt at rest with this 32-byte key (openssl rand 32 > KEY)");
   c->add_option("--base", f.base, "Incremental: write only the pages that differ from this earlier checkpoint");
+  c->add_option("--content-store", f.content_store,
+                "A content store this host keeps (see `gpumigrate content-store`): pre-copy pages it holds are recorded as "
+                "their SHA-256, not their bytes; restore and verify then need the same store (--content-store)");
   c->add_option("--warmup", f.warmup, "Let the workload run this long first")->capture_default_str();
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
 
@@ -146,6 +153,8 @@ CLI::App* AddCheckpointCommand(CLI::App& app, CheckpointFlags& f) {
   f.verify_cmd->add_option("--key-file", f.key_file, "Its key, when encrypted");
   f.verify_cmd->add_option("--base-path", f.base_paths,
                            "Where its base is (repeat for deeper bases, nearest first); default: the recorded path");
+  f.verify_cmd->add_option("--content-store", f.content_store,
+                           "The content store the file left pages to (checkpoint --content-store)");
   f.verify_cmd->add_flag("--json", f.json, "Print one JSON object on stdout");
   f.info_cmd = c->add_subcommand("info", "Print a checkpoint's header and manifest (reads nothing else)");
   f.info_cmd->add_option("file", f.file, "The checkpoint file")->required();
@@ -166,6 +175,10 @@ CLI::App* AddRestoreCommand(CLI::App& app, RestoreFlags& f) {
   c->add_option("--key-file", f.key_file, "Its key, when encrypted");
   c->add_option("--base-path", f.base_paths,
                 "Where its base is (repeat for deeper bases, nearest first); default: the recorded path");
+  c->add_option("--content-store", f.content_store,
+                "The content store the file left pages to (checkpoint --content-store): they are filled from it, "
+                "each checked against its SHA-256")
+      ->check(CLI::ExistingDirectory);
   c->add_option("--run-after", f.run_after,
                 "sim: let the restored workload run this long, then pause it and self-check its memory")
       ->capture_default_str();
@@ -191,6 +204,7 @@ int RunCheckpoint(CheckpointFlags& f, const std::atomic<bool>& cancel) {
   co.then = f.then == "stop" ? SourceFate::kStop : f.then == "release" ? SourceFate::kRelease : SourceFate::kResume;
   co.key = *key;
   co.base = f.base;
+  co.content_store = f.content_store;
   auto opened = OpenDevice(f.device, true);
   if (!opened.ok()) return Usage("checkpoint", opened.status());
   Device* dev = opened->device.get();
@@ -212,6 +226,10 @@ int RunCheckpoint(CheckpointFlags& f, const std::atomic<bool>& cancel) {
       Print("  file:       {}: {}, {} records, {}{}\n", r.path, FormatBytes(static_cast<double>(r.file_bytes)),
                  r.records, r.encrypted ? "encrypted" : "not encrypted",
                  r.base.empty() ? "" : fmt::format(", incremental over {} (chain depth {})", r.base, r.chain_depth));
+      if (!r.content_store.empty()) {
+        Print("  store:      the pages filled are left to {}: restore and verify need it (--content-store)\n",
+              r.content_store);
+      }
       Print("  source:     {}\n", r.fate == "resume"    ? "running on"
                                        : r.fate == "stop" ? "stopped, state intact (gpumigrate resume to run it)"
                                                           : "stopped and released");
@@ -236,6 +254,7 @@ int RunRestore(const RestoreFlags& f, const std::atomic<bool>& cancel) {
   RestoreOptions o;
   o.key = *key;
   o.base_paths = f.base_paths;
+  o.session.content_store_dir = f.content_store;
   o.session.cancel = &cancel;
   o.session.on_phase = WithCrashHook(nullptr);
   o.on_progress = FileProgress("restore");

@@ -20,6 +20,7 @@ struct CheckpointFlags {
   std::string then = "resume";
   std::string key_file;
   std::string base;
+  std::string content_store;  // checkpoint and checkpoint verify
   std::string warmup = "500ms";
   bool json = false;
   // checkpoint verify / info
@@ -33,6 +34,7 @@ struct RestoreFlags {
   std::string from;
   std::string device = "sim:llm";
   std::string key_file;
+  std::string content_store;
   std::vector<std::string> base_paths;
   std::string run_after = "500ms";
   bool json = false;

@@ -15,6 +15,7 @@
 #include "engine/checkpoint/null_device.h"
 #include "engine/checkpoint/recorder.h"
 #include "engine/checkpoint/replayer.h"
+#include "engine/session/content_fill.h"
 
 namespace gpumigrate {
 
@@ -168,6 +169,7 @@ void FillManifest(const FileReader& f, CheckpointInfo& info) {
   info.created_unix_ms = m.created_unix_ms();
   info.live = m.live();
   info.source_fate = m.source_fate();
+  info.content_store = m.content_store();
   if (m.has_base()) {
     info.base = m.base().path();
     info.base_file_id = m.base().file_id();
@@ -229,6 +231,7 @@ Status ContinueFromBase(const Device& device, const CheckpointOptions& options, 
                         v1::CheckpointManifest& manifest, SourceOptions& so, CheckpointReport& rep) {
   RestoreOptions ro;
   ro.key = options.key;
+  ro.session.content_store_dir = options.content_store;  // a base that left pages to it is verified with it
   auto base = VerifyChain(options.base, ro);
   if (!base.ok()) return base.status().WithContext(fmt::format("base checkpoint {}", options.base));
   GM_RETURN_IF_ERROR(SameGeometry(base->info.regions, device.Regions(), "the device against the base checkpoint"));
@@ -301,6 +304,21 @@ CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const 
   manifest.set_source_fate(rep.fate);
   manifest.set_live(!options.stop_first);
   manifest.set_product_version(GPUMIGRATE_VERSION);
+  std::unique_ptr<ContentFill> content;
+  if (!options.content_store.empty()) {
+    if (options.stop_first) {
+      return fail(InvalidArgument("--content-store: a stop-and-copy checkpoint sends only a final round, which never "
+                                  "offers pages by digest; take it live"));
+    }
+    auto opened = ContentFill::Open(options.content_store, device.Regions(), {});
+    if (!opened.ok()) return fail(opened.status().WithContext(fmt::format("content store {}", options.content_store)));
+    content = std::move(*opened);
+    manifest.set_content_store(std::filesystem::absolute(options.content_store).string());
+    rep.content_store = options.content_store;
+    fh.minor = 1;  // readers before 1.1 would not know the file needs a store
+  } else {
+    fh.minor = 0;  // what every reader of major 1 reads
+  }
 
   ckpt::FileSink sink(path);
   if (Status st = sink.Open(); !st.ok()) return fail(st);
@@ -320,7 +338,7 @@ CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const 
                                     first_frames.size())));
   }
   ckpt::Recorder recorder(&sink, fh, *keys, manifest, SessionStreams{ctl_file.get(), {data_file.get()}}, &hashes,
-                          first_frames);
+                          first_frames, content.get());
   recorder.Start();
   rep.migration = RunSource(device, SessionStreams{ctl_src.get(), {data_src.get()}}, so);
   ctl_src->Close();
@@ -389,6 +407,7 @@ std::string CheckpointReportToJson(const CheckpointReport& r) {
   c["source_fate"] = r.fate;
   c["base"] = r.base.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.base);
   c["chain_depth"] = r.chain_depth;
+  c["content_store"] = r.content_store.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r.content_store);
   j["checkpoint"] = c;
   return j.dump();
 }
@@ -414,6 +433,7 @@ std::string CheckpointInfoToJson(const CheckpointInfo& info) {
     j["source_fate"] = info.source_fate;
     j["base"] = info.base.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(info.base);
     if (!info.base.empty()) j["base_file_id"] = fmt::format("{:016x}", info.base_file_id);
+    j["content_store"] = info.content_store.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(info.content_store);
   }
   if (info.verified) {
     j["verified"] = true;

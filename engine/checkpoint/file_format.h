@@ -25,7 +25,7 @@ namespace gpumigrate::ckpt {
 
 constexpr std::array<char, 8> kFileMagic = {'G', 'M', 'C', 'K', 'P', 'T', '\r', '\n'};
 constexpr uint16_t kVersionMajor = 1;
-constexpr uint16_t kVersionMinor = 0;
+constexpr uint16_t kVersionMinor = 1;  // 1.1: files that leave pages to a content store
 constexpr size_t kFileHeaderBytes = 64;
 constexpr size_t kRecordHeaderBytes = 32;
 constexpr uint32_t kRecordMagic = 0x31524D47;  // "GMR1"

@@ -1,5 +1,7 @@
 #include "engine/checkpoint/recorder.h"
 
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "gpumigrate/codec.h"
@@ -16,9 +18,9 @@ constexpr size_t kHashesPerIndexRecord = 2u << 20;
 
 Recorder::Recorder(FileSink* sink, const FileHeader& header, const FileKeys& keys, v1::CheckpointManifest manifest,
                    const SessionStreams& streams, const std::vector<std::vector<uint64_t>>* page_hashes,
-                   std::vector<uint64_t> first_frames)
+                   std::vector<uint64_t> first_frames, ContentFill* content)
     : sink_(sink), header_(header), sealer_(keys.records), manifest_(std::move(manifest)), streams_(streams),
-      page_hashes_(page_hashes), frames_(std::move(first_frames)) {
+      page_hashes_(page_hashes), content_(content), frame_keys_(keys.frames), frames_(std::move(first_frames)) {
   if (frames_.empty()) frames_.assign(streams.data.size(), 0);
 }
 
@@ -85,7 +87,9 @@ Status Recorder::Control() {
     }
     if (env.has_hello()) {
       GM_RETURN_IF_ERROR(wire::CheckHello(env.hello()));
-      GM_RETURN_IF_ERROR(Send(wire::MakeHello(GPUMIGRATE_VERSION, DecodeCapabilities())));
+      std::vector<std::string> caps = DecodeCapabilities();
+      if (content_ != nullptr) caps.push_back(wire::kCapContentStore);
+      GM_RETURN_IF_ERROR(Send(wire::MakeHello(GPUMIGRATE_VERSION, caps)));
     } else if (env.has_manifest()) {
       GM_RETURN_IF_ERROR(OnManifest(env.manifest()));
       v1::Envelope ready;
@@ -143,6 +147,7 @@ Status Recorder::OnManifest(const v1::Manifest& m) {
 void Recorder::RunData(size_t s) {
   Stream& in = *streams_.data[s];
   std::vector<std::byte> frame;
+  std::unique_ptr<FrameProtector> protector;  // opens PAGE_DIGESTS frames: the recorder reads their digests
   while (true) {
     frame.resize(wire::kFrameHeaderBytes);
     Status st = in.ReadExact(frame);
@@ -163,6 +168,14 @@ void Recorder::RunData(size_t s) {
     st = in.ReadExact(std::span(frame).subspan(wire::kFrameHeaderBytes));
     if (!st.ok()) {
       Fail(st.WithContext(fmt::format("checkpoint: data stream {}", s)));
+      return;
+    }
+    if (h->type == wire::FrameType::kPageDigests) {
+      if (!protector) protector = MakeFrameProtector(frame_keys_);
+      st = RecordDigests(s, *h, frame, *protector);
+      if (st.ok()) continue;
+      Fail(st);
+      AbortSession(st);
       return;
     }
     {
@@ -196,10 +209,67 @@ Status Recorder::WriteFrame(std::span<const std::byte> frame) {
   return Status::Ok();
 }
 
+// Pages offered by SHA-256: those the store holds (read, their digest
+// checked) stay out of the file; the frame and the answer go in, in that
+// order, and the answer goes to the source before the frame counts, so before
+// the round's RoundApplied.
+Status Recorder::RecordDigests(size_t s, const wire::FrameHeader& h, std::span<const std::byte> frame,
+                               FrameProtector& protector) {
+  if (content_ == nullptr) return Corrupt("checkpoint: a PAGE_DIGESTS frame, but this checkpoint has no content store");
+  const auto& regions = manifest_.session().regions();
+  int ri = 0;
+  while (ri < regions.size() && regions[ri].id() != h.region) ++ri;
+  if (ri == regions.size()) return Corrupt(fmt::format("checkpoint: PAGE_DIGESTS for unknown region {}", h.region));
+  const uint32_t ps = regions[ri].page_size();
+  const uint64_t pages = h.raw_length / ps;
+  if (h.codec_flags != 0 || pages == 0 || h.raw_length % ps != 0 || h.payload_length != pages * 32 ||
+      h.offset % ps != 0) {
+    return Corrupt(fmt::format("checkpoint: a malformed PAGE_DIGESTS frame on stream {} (region {}, offset {})", s,
+                               regions[ri].name(), h.offset));
+  }
+  std::vector<std::byte> payload(frame.begin() + wire::kFrameHeaderBytes,
+                                 frame.begin() + wire::kFrameHeaderBytes + h.payload_length);
+  wire::Tag tag;
+  std::memcpy(tag.data(), frame.data() + wire::kFrameHeaderBytes + h.payload_length, tag.size());
+  GM_RETURN_IF_ERROR(protector.Open(frame.first(wire::kFrameHeaderBytes), h.stream_id, h.sequence, payload, tag)
+                         .WithContext(fmt::format("checkpoint: PAGE_DIGESTS frame on stream {}", s)));
+  std::vector<ContentDigest> digests(pages);
+  for (uint64_t k = 0; k < pages; ++k) std::memcpy(digests[k].data(), payload.data() + k * 32, 32);
+  std::vector<std::byte> bytes(pages * ps);
+  std::vector<bool> filled;
+  content_->FillRun(ps, digests, bytes, filled);
+  content_->Answered(pages);
+  v1::Envelope answer;
+  auto* a = answer.mutable_content_answer();
+  a->set_round(h.round);
+  a->set_region(h.region);
+  a->set_first_page(h.offset / ps);
+  a->set_pages(static_cast<uint32_t>(pages));
+  for (uint64_t k = 0; k < pages; ++k) {
+    if (!filled[k]) a->add_missed(static_cast<uint32_t>(k));
+  }
+  {
+    std::lock_guard lk(mu_);
+    if (!failure_.ok()) return failure_;
+    GM_RETURN_IF_ERROR(WriteFrame(frame));
+    GM_RETURN_IF_ERROR(WriteSealedLocked(RecordKind::kControl, answer));
+  }
+  GM_RETURN_IF_ERROR(Send(answer));
+  std::lock_guard lk(mu_);
+  ++frames_[s];
+  cv_.notify_all();
+  return Status::Ok();
+}
+
 Status Recorder::WriteSealed(RecordKind kind, const google::protobuf::Message& msg) {
+  std::lock_guard lk(mu_);
+  return WriteSealedLocked(kind, msg);
+}
+
+// Under mu_.
+Status Recorder::WriteSealedLocked(RecordKind kind, const google::protobuf::Message& msg) {
   std::string body;
   if (!msg.SerializeToString(&body)) return Internal("checkpoint: cannot serialise a record");
-  std::lock_guard lk(mu_);
   GM_ASSIGN_OR_RETURN(auto rec, sealer_.Seal(kind, next_record_,
                                              std::as_bytes(std::span(body.data(), body.size()))));
   GM_RETURN_IF_ERROR(sink_->Append(rec));

@@ -7,6 +7,13 @@
 // holding its device for nothing less. A failure (the disk is full, the source
 // aborted) answers Abort where it can and removes the partial file; the source
 // then rolls back as from any destination failure.
+//
+// With a content store (checkpoint --content-store) the recorder says so in
+// its Hello, as a destination with one does: the source then offers pre-copy
+// pages by SHA-256. A PAGE_DIGESTS frame is recorded verbatim, followed by the
+// ContentAnswer the recorder gave (a control record): the pages the store
+// could be read for, their digest checked, stay out of the file; the others
+// it names as missed, and the source sends them in a later round.
 #pragma once
 
 #include <condition_variable>
@@ -19,6 +26,7 @@
 #include "checkpoint.pb.h"
 #include "engine/checkpoint/file_format.h"
 #include "engine/checkpoint/file_sink.h"
+#include "engine/session/content_fill.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
 
@@ -33,7 +41,7 @@ class Recorder {
   // outlive the recorder.
   Recorder(FileSink* sink, const FileHeader& header, const FileKeys& keys, wire::v1::CheckpointManifest manifest,
            const SessionStreams& streams, const std::vector<std::vector<uint64_t>>* page_hashes,
-           std::vector<uint64_t> first_frames = {});
+           std::vector<uint64_t> first_frames = {}, ContentFill* content = nullptr);
   ~Recorder();
 
   void Start();
@@ -51,6 +59,11 @@ class Recorder {
   Status WaitForFrames(const google::protobuf::RepeatedField<uint64_t>& counts);
   Status WriteSealed(RecordKind kind, const google::protobuf::Message& msg);
   Status WriteFrame(std::span<const std::byte> frame);
+  Status WriteSealedLocked(RecordKind kind, const google::protobuf::Message& msg);
+  // A PAGE_DIGESTS frame: which of its pages the store fills, the frame and
+  // the answer recorded, the answer sent (before the frame counts).
+  Status RecordDigests(size_t s, const wire::FrameHeader& h, std::span<const std::byte> frame,
+                       FrameProtector& protector);
   Status Finish(const wire::v1::Prepare& p);
   void Fail(Status st);
   Status Failure();
@@ -66,6 +79,8 @@ class Recorder {
   wire::v1::CheckpointManifest manifest_;
   SessionStreams streams_;
   const std::vector<std::vector<uint64_t>>* page_hashes_;
+  ContentFill* content_;
+  FrameKeys frame_keys_;
   uint32_t max_payload_ = 0;
 
   std::mutex mu_;  // the sink, the record numbers, the counts, the failure

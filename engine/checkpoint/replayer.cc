@@ -1,5 +1,7 @@
 #include "engine/checkpoint/replayer.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "transport/wire/control_channel.h"
@@ -23,14 +25,39 @@ Status Replayer::Run() {
   return st;
 }
 
-Status Replayer::Await(v1::Envelope::MsgCase want, const char* what) {
-  GM_ASSIGN_OR_RETURN(v1::Envelope env, wire::RecvEnvelope(*streams_.control));
+void Replayer::ReadControl() {
+  while (true) {
+    auto env = wire::RecvEnvelope(*streams_.control);
+    std::lock_guard lk(in_mu_);
+    if (!env.ok()) {
+      in_status_ = env.status();
+      in_done_ = true;
+      in_cv_.notify_all();
+      return;
+    }
+    inbox_.push_back(std::move(*env));
+    in_cv_.notify_all();
+  }
+}
+
+Result<v1::Envelope> Replayer::Next() {
+  std::unique_lock lk(in_mu_);
+  in_cv_.wait(lk, [&] { return !inbox_.empty() || in_done_; });
+  if (inbox_.empty()) return in_status_;
+  v1::Envelope env = std::move(inbox_.front());
+  inbox_.pop_front();
+  return env;
+}
+
+Status Replayer::Await(v1::Envelope::MsgCase want, const char* what, v1::Envelope* got) {
+  GM_ASSIGN_OR_RETURN(v1::Envelope env, Next());
   if (env.has_abort()) {
     return Aborted(fmt::format("the destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
   }
   if (env.msg_case() != want) {
     return Corrupt(fmt::format("restore: expected {} from the destination, got {}", what, wire::EnvelopeKind(env)));
   }
+  if (got != nullptr) *got = std::move(env);
   return Status::Ok();
 }
 
@@ -39,7 +66,16 @@ Status Replayer::Replay() {
   frames_.assign(m.data_streams(), {});
   if (streams_.data.size() != m.data_streams()) return Internal("restore: stream count differs from the manifest's");
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, wire::MakeHello(GPUMIGRATE_VERSION, {})));
-  GM_RETURN_IF_ERROR(Await(v1::Envelope::kHello, "Hello"));
+  v1::Envelope hello;
+  GM_RETURN_IF_ERROR(Await(v1::Envelope::kHello, "Hello", &hello));
+  for (const auto& cap : hello.hello().capabilities()) destination_has_store_ |= cap == wire::kCapContentStore;
+  for (const auto& f : *chain_) {
+    if (!f->manifest().content_store().empty() && !destination_has_store_) {
+      return InvalidArgument(fmt::format(
+          "{} leaves pages to the content store {} (checkpoint --content-store): restore it with --content-store "
+          "naming that store", f->path(), f->manifest().content_store()));
+    }
+  }
   v1::Envelope manifest;
   *manifest.mutable_manifest() = m;
   GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, manifest));
@@ -123,13 +159,64 @@ Status Replayer::OnControl(FilePass& fp, const Record& rec) {
   }
   if (env.has_round_end()) {
     GM_RETURN_IF_ERROR(wire::SendEnvelope(*streams_.control, env));
-    return Await(v1::Envelope::kRoundApplied, "RoundApplied");
+    return AwaitRoundApplied(fp, rec);
+  }
+  if (env.has_content_answer()) {
+    const v1::ContentAnswer& a = env.content_answer();
+    if (fp.f.manifest().content_store().empty()) {
+      return Bad(fp, rec, "a content answer in a file taken without a content store");
+    }
+    auto key = std::make_tuple(a.round(), a.region(), a.first_page());
+    if (!recorded_answers_.emplace(key, std::vector<uint32_t>(a.missed().begin(), a.missed().end())).second) {
+      return Bad(fp, rec, fmt::format("a second content answer for pages {}+ of region {} in round {}", a.first_page(),
+                                      a.region(), a.round()));
+    }
+    return Status::Ok();
   }
   if (!env.has_prepare()) {
     return Bad(fp, rec, fmt::format("unexpected {} in a control record", wire::EnvelopeKind(env)));
   }
   fp.prepare = env;
   fp.have_prepare = true;
+  return Status::Ok();
+}
+
+Status Replayer::AwaitRoundApplied(const FilePass& fp, const Record& rec) {
+  while (true) {
+    GM_ASSIGN_OR_RETURN(v1::Envelope env, Next());
+    if (env.has_abort()) {
+      return Aborted(fmt::format("the destination aborted in phase {}: {}", env.abort().phase(), env.abort().reason()));
+    }
+    if (env.has_round_applied()) return Status::Ok();
+    if (!env.has_content_answer()) {
+      return Corrupt(fmt::format("restore: expected RoundApplied from the destination, got {}",
+                                 wire::EnvelopeKind(env)));
+    }
+    GM_RETURN_IF_ERROR(CheckAnswer(fp, rec, env.content_answer()));
+  }
+}
+
+// Every page the destination could not fill must be one the recorder did not
+// fill either (a later round of the chain carries its bytes).
+Status Replayer::CheckAnswer(const FilePass& fp, const Record& rec, const v1::ContentAnswer& got) {
+  auto it = recorded_answers_.find(std::make_tuple(got.round(), got.region(), got.first_page()));
+  if (it == recorded_answers_.end()) {
+    return Bad(fp, rec, fmt::format("the destination answered pages {}+ of region {} in round {}, which the file "
+                                    "never offered", got.first_page(), got.region(), got.round()));
+  }
+  const std::vector<uint32_t>& recorded = it->second;
+  for (uint32_t m : got.missed()) {
+    if (std::binary_search(recorded.begin(), recorded.end(), m)) continue;
+    std::string region = std::to_string(got.region());
+    for (const auto& r : fp.f.manifest().session().regions()) {
+      if (r.id() == got.region()) region = r.name();
+    }
+    return FailedPrecondition(fmt::format(
+        "restore: the content store does not hold page {} of region {} (offered in round {}), which {} left to it: "
+        "restore with the store it was taken with ({}), its files unchanged",
+        got.first_page() + m, region, got.round(), fp.f.path(), fp.f.manifest().content_store()));
+  }
+  recorded_answers_.erase(it);
   return Status::Ok();
 }
 

@@ -7,10 +7,21 @@
 // file's Prepare go out (the destination verifies every digest and the device
 // state) followed by Commit. Any fault found here is sent as Abort and ends the
 // restore; the destination discards what it applied.
+//
+// A file taken with a content store (checkpoint --content-store) holds
+// PAGE_DIGESTS frames, each followed by the recorder's ContentAnswer: the
+// destination (given the store) fills the pages and answers in turn, and any
+// page it could not fill that the recorder did fill is an error naming it,
+// since the file does not hold its bytes.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
+#include <map>
+#include <tuple>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -30,9 +41,13 @@ class Replayer {
       : chain_(chain), streams_(streams), progress_(std::move(progress)) {}
   ~Replayer() { (void)Join(); }
 
-  void Start() { thread_ = std::thread([this] { failure_ = Run(); }); }
+  void Start() {
+    reader_ = std::thread([this] { ReadControl(); });
+    thread_ = std::thread([this] { failure_ = Run(); });
+  }
   Status Join() {
     if (thread_.joinable()) thread_.join();
+    if (reader_.joinable()) reader_.join();
     return failure_;
   }
 
@@ -46,6 +61,11 @@ class Replayer {
  private:
   Status Run();
   Status Replay();
+  // The destination's messages are read as they come (its content answers may
+  // outnumber what the control stream buffers while frames are still being
+  // written) and taken in order by Next.
+  void ReadControl();
+  Result<wire::v1::Envelope> Next();
   // What one file's pass has read so far.
   struct FilePass {
     FileReader& f;
@@ -64,14 +84,22 @@ class Replayer {
   Status TakeIndex(FilePass& fp, const Record& rec);
   Status CheckNextBase(const FilePass& fp, const Record& rec, const wire::v1::CheckpointFooter& footer) const;
   Status Bad(const FilePass& fp, const Record& rec, const std::string& why) const;
-  Status Await(wire::v1::Envelope::MsgCase want, const char* what);
+  Status Await(wire::v1::Envelope::MsgCase want, const char* what, wire::v1::Envelope* got = nullptr);
+  // The destination's answers to the round's PAGE_DIGESTS frames, then its RoundApplied.
+  Status AwaitRoundApplied(const FilePass& fp, const Record& rec);
+  Status CheckAnswer(const FilePass& fp, const Record& rec, const wire::v1::ContentAnswer& got);
 
   std::vector<std::unique_ptr<FileReader>>* chain_;
   SessionStreams streams_;
   ProgressFn progress_;
   uint64_t done_bytes_ = 0, total_bytes_ = 0, reported_ = 0;
-  std::thread thread_;
+  std::thread thread_, reader_;
   Status failure_;
+  std::mutex in_mu_;
+  std::condition_variable in_cv_;
+  std::deque<wire::v1::Envelope> inbox_;
+  Status in_status_;  // why the control stream ended (set once it has)
+  bool in_done_ = false;
   wire::v1::CheckpointFooter footer_;
   std::vector<std::vector<uint64_t>> page_hashes_;
   struct Where {
@@ -79,6 +107,10 @@ class Replayer {
     uint64_t number, offset;
   };
   std::vector<std::vector<Where>> frames_;  // per stream, by sequence
+  // The recorder's ContentAnswers not yet matched by the destination's: by
+  // (round, region, first page), the pages it left missed.
+  std::map<std::tuple<uint32_t, uint32_t, uint64_t>, std::vector<uint32_t>> recorded_answers_;
+  bool destination_has_store_ = false;
 };
 
 }  // namespace gpumigrate::ckpt

@@ -49,6 +49,11 @@ struct CheckpointOptions {
   SourceFate then = SourceFate::kResume;      // what becomes of the device afterwards
   std::optional<FileKey> key;                 // encrypt at rest
   std::string base;                           // incremental: the checkpoint this one builds on
+  // A content store (gpumigrate/content_store.h) this host keeps: pre-copy
+  // pages it holds are recorded as their SHA-256, not their bytes, and a
+  // restore fills them from the same store (RestoreOptions::session.
+  // content_store_dir). Empty: every page's bytes go in the file.
+  std::string content_store;
 };
 
 struct CheckpointReport {
@@ -60,6 +65,7 @@ struct CheckpointReport {
   std::string base;            // the base's path, when incremental
   uint32_t chain_depth = 0;    // 0: a full checkpoint; n: n bases below it
   std::string fate;            // what became of the source device
+  std::string content_store;   // the store the file leaves pages to (migration.dedup_pages of them)
 };
 
 CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const CheckpointOptions& options);
@@ -79,6 +85,7 @@ struct CheckpointInfo {
   std::string source_fate;
   std::string base;            // incremental: the base's path as recorded
   uint64_t base_file_id = 0;
+  std::string content_store;   // the store its pages were left to (checkpoint --content-store), as recorded
   // Filled by VerifyCheckpoint only:
   bool verified = false;
   uint64_t records = 0, frames = 0;

@@ -5,7 +5,8 @@
 # The destination fills the weights from its store and the VM arrives byte for
 # byte (digests at Prepare, the workload's self-check after resume); a store of
 # another model fills nothing; --no-content-offer sends everything; a damaged
-# index is rebuilt. Every process is bounded by `timeout`; only 127.0.0.1.
+# index is rebuilt; a checkpoint leaves the weights to the store and a restore
+# fills them from it. Every process is bounded by `timeout`; only 127.0.0.1.
 # Usage: content_store_test.sh path/to/gpumigrate
 set -uo pipefail
 bin=$1
@@ -88,7 +89,31 @@ json_check "$tmp/esth.json" 'any("content store holds 100% of region weights" in
 contains "the hint's error names the regions" "$tmp/esth2.err" "no region 'nosuch' (the regions: weights, kv_cache"
 "$bin" estimate --device "$dev" --content-store-hint weights=2 >"$tmp/esth3.err" 2>&1; check "a share above 1" 2 $?
 
-# 7. Usage errors.
+# 7. checkpoint --content-store: the weights stay out of the file; restore and
+#    verify need the store, fill from it, and the restored workload self-checks.
+timeout 120 "$bin" checkpoint --device "$dev" --to "$tmp/c.ckpt" --warmup 50ms --bandwidth 200MB/s \
+  --content-store "$tmp/store" --json >"$tmp/c.json" 2>"$tmp/c.err"
+check "checkpoint --content-store" 0 $?
+json_check "$tmp/c.json" "r['outcome'] == 'completed' and r['dedup_bytes'] >= 0.8 * $weights and r['rounds'][0]['bytes'] < r['device_bytes'] - 0.5 * $weights" \
+  "checkpoint --content-store: the weights are not in the file (round 0 wrote the rest)"
+timeout 60 "$bin" checkpoint info "$tmp/c.ckpt" >"$tmp/cinfo.out" 2>&1
+contains "checkpoint info names the store" "$tmp/cinfo.out" "pages left to the content store $tmp/store"
+timeout 60 "$bin" checkpoint verify "$tmp/c.ckpt" >"$tmp/cv1.out" 2>&1; check "verify without the store" 2 $?
+contains "verify without the store says to give it" "$tmp/cv1.out" "restore it with --content-store"
+timeout 60 "$bin" checkpoint verify "$tmp/c.ckpt" --content-store "$tmp/store" >"$tmp/cv2.out" 2>&1
+check "verify with the store" 0 $?
+timeout 60 "$bin" restore --from "$tmp/c.ckpt" --device "$dev" --run-after 100ms >"$tmp/cr1.out" 2>&1
+check "restore without the store" 2 $?
+timeout 60 "$bin" restore --from "$tmp/c.ckpt" --device "$dev" --content-store "$tmp/store" --run-after 100ms --json \
+  >"$tmp/cr2.json" 2>"$tmp/cr2.err"
+check "restore --content-store" 0 $?
+json_check "$tmp/cr2.json" "r['outcome'] == 'completed' and r['verified'] and r['dedup_bytes'] >= 0.8 * $weights and r['destination']['self_check'] == 'ok'" \
+  "restore --content-store: filled from the store, verified, the workload self-checks"
+timeout 60 "$bin" restore --from "$tmp/c.ckpt" --device "$dev" --content-store "$tmp/other" >"$tmp/cr3.out" 2>&1
+check "restore with another model's store" 1 $?
+contains "a store without the file's pages is named" "$tmp/cr3.out" "does not hold page"
+
+# 8. Usage errors.
 "$bin" content-store index "$tmp/nonexistent" >"$tmp/u1.err" 2>&1; check "index of a missing directory" 2 $?
 "$bin" content-store index "$tmp/store" --page-size 1000 >"$tmp/u2.err" 2>&1; check "a page size that is no power of two" 2 $?
 contains "the page size error says why" "$tmp/u2.err" "power of two"

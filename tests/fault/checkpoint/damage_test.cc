@@ -188,7 +188,7 @@ TEST_F(DamageTest, OldAndFutureVersionsAreRefusedByName) {
   auto h = ckpt::DecodeFileHeader(std::span<const std::byte, ckpt::kFileHeaderBytes>(
       reinterpret_cast<const std::byte*>(f.data()), ckpt::kFileHeaderBytes));
   ASSERT_TRUE(h.ok());
-  for (auto [major, minor] : {std::pair<uint16_t, uint16_t>{0, 9}, {2, 0}, {1, 1}}) {
+  for (auto [major, minor] : {std::pair<uint16_t, uint16_t>{0, 9}, {2, 0}, {1, 2}}) {
     ckpt::FileHeader v = *h;
     v.major = major;
     v.minor = minor;
