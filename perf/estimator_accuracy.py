@@ -7,20 +7,26 @@ transport, streams, codec and cap), then the same device spec is migrated with
 codec and downtime target, and the prediction is compared with the report.
 
   perf/estimator_accuracy.py GPUMIGRATE GPUMIGRATE_WORKLOAD [--only N[,N...]] [--repeat K]
-                             [--sample DURATION] [--keep-calibration]
+                             [--sample DURATION] [--keep-calibration] [--guest GUEST_ELF]
 
 The calibration (in-process and per path) starts empty in a temporary directory,
 so every path is measured within the run, as a first-time user's would be
 (--keep-calibration uses the caller's $GPUMIGRATE_CALIBRATION instead).
 Workloads: sim devices (256 MiB-2 GiB, static 0.5-0.95, KV append 4-128 MiB/s,
 hot sets 4-96 MiB, caps 200 MB/s-1 GB/s and uncapped, codecs none, zstd, shuffle
-and auto, 2 and 4 streams, some built to sit near the 300 ms target) and proc
+and auto, 2 and 4 streams, some built to sit near the 300 ms target), proc
 devices (a gpumigrate-workload process written at a set rate, tracked by the real
-kernel tracker). None of them is the path calibration's own device.
+kernel tracker: at random over all its memory, within a hot set, as a
+sequential sweep, and in bursts) and QEMU VMs (the test guest of tests/qemu,
+its RAM beside shm device memory: `estimate --qemu`, then `migrate`/`receive
+--qemu` as perf/qemu_hook.py runs them; measured is the guest-visible stun;
+--guest GUEST_ELF, skipped without it or without qemu-system-x86_64). None of
+them is the path calibration's own device.
 
 One JSON object per workload (predicted and measured stun, error =
 predicted/measured - 1, whether the measured stun lies in the printed range,
 rounds), then a summary: median and worst absolute stun error, ranges held."""
+import argparse
 import json
 import os
 import shutil
@@ -32,7 +38,8 @@ import time
 
 import proc_workload
 
-# name, device (sim spec, or proc:SIZE:RATE), cap ("" = uncapped), codec, streams, downtime target
+# name, device (sim spec, proc:SIZE:RATE[:PATTERN] or qemu:RAM:DEV:PERIOD:EVERY), cap ("" = uncapped), codec,
+# streams, downtime target
 WORKLOADS = [
     ("sim-512M-kv16-uncapped", "sim:size=512MiB,static=0.8,kv=0.15,kv_fill=0.3,kv_rate=16MiB/s,hot=8MiB,page=64KiB,step=10ms", "", "none", 2, "300ms"),
     ("sim-1G-static95-cap1G", "sim:size=1GiB,static=0.95,kv=0.04,kv_fill=0.2,kv_rate=4MiB/s,hot=4MiB,page=64KiB,step=20ms", "1GB/s", "none", 2, "300ms"),
@@ -53,13 +60,19 @@ WORKLOADS = [
     ("proc-256M-20MBps-uncapped", "proc:256MiB:20MB/s", "", "none", 2, "300ms"),
     ("proc-512M-50MBps-cap300M", "proc:512MiB:50MB/s", "300MB/s", "none", 2, "300ms"),
     ("proc-384M-8MBps-cap1G", "proc:384MiB:8MB/s", "1GB/s", "none", 2, "300ms"),
+    ("proc-384M-hot5pct-60MBps-uncapped", "proc:384MiB:60MB/s:hot=0.05", "", "none", 2, "300ms"),
+    ("proc-256M-sequential-30MBps-cap500M", "proc:256MiB:30MB/s:sequential", "500MB/s", "none", 2, "300ms"),
+    ("proc-384M-bursty-80MBps-cap400M", "proc:384MiB:80MB/s:burst=300ms/700ms", "400MB/s", "none", 2, "300ms"),
+    # QEMU VMs (tests/qemu/guest): RAM MiB, device memory MiB, guest period ms, every Nth page rewritten
+    ("qemu-256M+256M-period50", "qemu:256:256:50:1", "", "none", 2, "300ms"),
+    ("qemu-192M+128M-period20-every4", "qemu:192:128:20:4", "", "none", 2, "300ms"),
 ]
 
 
 def parse_args(argv):
     if len(argv) < 3:
         sys.exit(__doc__)
-    opts = {"gm": argv[1], "wl": argv[2], "only": None, "repeat": 1, "sample": "1s", "keep": False}
+    opts = {"gm": argv[1], "wl": argv[2], "only": None, "repeat": 1, "sample": "1s", "keep": False, "guest": None}
     i = 3
     while i < len(argv):
         k = argv[i]
@@ -76,15 +89,29 @@ def parse_args(argv):
             opts["repeat"] = int(v)
         elif k == "--sample":
             opts["sample"] = v
+        elif k == "--guest":
+            opts["guest"] = os.path.abspath(v)
         else:
             sys.exit(f"unknown option {k}\n{__doc__}")
         i += 2
     return opts
 
 
+class Skipped(Exception):
+    pass
+
+
+def qemu_harness():
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "qemu"))
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import qemu_harness as h
+    return h
+
+
 class Bench:
     def __init__(self, opts):
         self.gm, self.wl = opts["gm"], opts["wl"]
+        self.guest = opts["guest"]
         self.sample = opts["sample"]
         self.work = tempfile.mkdtemp(prefix="gm-estacc-")
         self.env = dict(os.environ, GPUMIGRATE_SHIM_DIR=self.work)
@@ -108,13 +135,13 @@ class Bench:
         self.procs.append(p)
         return p
 
-    def workload(self, size, rate, adopt=False):
+    def workload(self, size, rate, adopt=False, pattern=""):
         return proc_workload.start(self.wl, self.env, self.work, size, rate, adopt, self.procs,
-                                   ["--adopt-timeout", "300s"])
+                                   ["--adopt-timeout", "300s"], pattern)
 
-    def estimate(self, device, cap, codec, streams, target):
+    def estimate(self, device, cap, codec, streams, target, extra=()):
         args = [self.gm, "estimate", "--device", device, "--sample", self.sample, "--warmup", "500ms", "--json",
-                "--codec", codec, "--downtime-target", target, "--transport", "tls"]
+                "--codec", codec, "--downtime-target", target, "--transport", "tls"] + list(extra)
         if streams != 2:
             args += ["--streams", str(streams)]
         if cap:
@@ -153,15 +180,51 @@ class Bench:
             raise RuntimeError(f"migrate {src_device}: exit {r.returncode}: {r.stdout[-1000:]} {r.stderr[-1000:]}")
         return json.loads(r.stdout)
 
+    def qemu(self, device, codec, streams, target):
+        """A QEMU VM (the test guest) estimated with --qemu, then migrated with the hook as
+        perf/qemu_hook.py does (migrate/receive --qemu over PSK TLS); the measured stun is the
+        guest-visible one, the prediction the estimate's."""
+        if codec != "none" or streams != 2:
+            raise RuntimeError("QEMU workloads run with the hook's defaults (no codec, 2 streams)")
+        if not self.guest or not os.path.exists(self.guest) or not shutil.which(qemu_harness().QEMU):
+            raise Skipped("no qemu-system-x86_64 or no test guest (--guest GUEST_ELF)")
+        h = qemu_harness()
+        import qemu_hook
+        _, ram, dev, period, every = device.split(":")
+        rundir = os.path.join(self.work, f"qemu-{time.monotonic_ns()}")
+        args = argparse.Namespace(downtime_ms=int(target.rstrip("ms")), timeout_s=240, check_timeout_s=90)
+        try:
+            with h.Pair(rundir, self.guest, ram_mb=int(ram), dev_mb=int(dev), guest_ram_mb=int(ram) - 16,
+                        period=max(1, int(period) // 10), every=int(every)) as pair:
+                pair.start()
+                pair.src.wait_pass(2, timeout_s=90)
+                est = self.estimate(f"shm:{pair.src.dev_path}", "", codec, streams, target,
+                                    ["--qemu", pair.src.qmp_path, "--qemu-dirty-sample", "1s"])
+                fig = qemu_hook.run_hook(pair, args, self.gm)
+        except (h.HarnessError, qemu_hook.RunFailed) as e:
+            raise RuntimeError(f"QEMU: {e}") from None
+        finally:
+            shutil.rmtree(rundir, ignore_errors=True)
+        est["predicted_stun_ms"] = est["qemu"]["guest_stun_ms"]
+        rep = {"stun_ms": fig["stun_ms"], "outcome": "completed", "total_ms": fig["engine_total_ms"],
+               "rounds": [{"final": False, "bytes": 0, "ms": 1}] * max(0, fig["rounds"] - 1) +
+                         [{"final": True, "bytes": fig["final_round_bytes"], "ms": 1}],
+               "round0_bytes_per_s": fig["engine_bytes_per_s"], "stun_breakdown_ms": fig.get("stun_breakdown_ms"),
+               "accel": pair.accel, "qemu_downtime_ms": fig.get("qemu_downtime_ms")}
+        return est, rep
+
     def one(self, index, w):
         name, device, cap, codec, streams, target = w
         procs = []
-        if device.startswith("proc:"):
-            _, size, rate = device.split(":")
-            src = self.workload(size, rate)
+        if device.startswith("qemu:"):
+            est, rep = self.qemu(device, codec, streams, target)
+        elif device.startswith("proc:"):
+            _, size, rate, *pattern = device.split(":", 3)
+            pattern = pattern[0] if pattern else ""
+            src = self.workload(size, rate, pattern=pattern)
             procs.append(src)
             est = self.estimate(f"proc:{src.pid}", cap, codec, streams, target)
-            dst = self.workload(size, rate, adopt=True)
+            dst = self.workload(size, rate, adopt=True, pattern=pattern)
             procs.append(dst)
             rep = self.migrate(f"proc:{src.pid}", f"proc:{dst.pid}", cap, codec, streams, target)
         else:
@@ -195,16 +258,22 @@ class Bench:
             "predicted_rounds": len(est["predicted_rounds"]),
             "measured_rounds": measured_rounds,
             "predicted_round0_bytes_per_s": round(est["bandwidth_bytes_per_s"]["mid"]),
-            "measured_round0_bytes_per_s": round(rep["rounds"][0]["bytes"] / (rep["rounds"][0]["ms"] / 1e3)),
+            "measured_round0_bytes_per_s": rep.get("round0_bytes_per_s") or
+                                           round(rep["rounds"][0]["bytes"] / (rep["rounds"][0]["ms"] / 1e3)),
             "predicted_total_ms": None if est["predicted_total_ms"] is None else round(est["predicted_total_ms"], 1),
             "measured_total_ms": rep["total_ms"],
             "predicted_final_bytes": est.get("predicted_final_bytes"),
             "measured_final_bytes": sum(r["bytes"] for r in rep["rounds"] if r.get("final")),
             "measured_stun_breakdown_ms": rep.get("stun_breakdown_ms"),
             "predicted_round_ms": [round(r["ms"], 1) for r in est["predicted_rounds"]],
-            "measured_round_ms": [r["ms"] for r in rep["rounds"] if not r.get("final")],
+            "measured_round_ms": None if device.startswith("qemu:") else
+                                 [r["ms"] for r in rep["rounds"] if not r.get("final")],
             "path": est.get("path_calibration", {}).get("key"),
         }
+        if device.startswith("qemu:"):
+            out["measured_stun"] = "guest-visible (the hook's stun_ms: the source's STOP to the destination running)"
+            out["accel"] = rep["accel"]
+            out["qemu_downtime_ms"] = rep["qemu_downtime_ms"]
         print(json.dumps(out), flush=True)
         return out
 
@@ -220,6 +289,8 @@ def main():
                     continue
                 try:
                     results.append(b.one(i, w))
+                except Skipped as e:
+                    print(json.dumps({"workload": i, "name": w[0], "skipped": str(e)}), flush=True)
                 except Exception as e:  # one failed workload is reported, the rest still run
                     print(json.dumps({"workload": i, "name": w[0], "error": str(e)[-2000:]}), flush=True)
                     results.append({"workload": i, "name": w[0], "error": str(e)})

@@ -1,14 +1,30 @@
 """A gpumigrate-workload process for the proc-device benchmarks (projection_check,
-scattered_pages): memfd memory written at random at a set rate, served through
-its shim in `shim_dir` ($GPUMIGRATE_SHIM_DIR of `env`)."""
+scattered_pages, estimator_accuracy): memfd memory written at a set rate (at
+random unless a pattern says otherwise), served through its shim in `shim_dir`
+($GPUMIGRATE_SHIM_DIR of `env`)."""
 import os
 import subprocess
 import time
 
 
-def start(wl, env, shim_dir, size, rate, adopt=False, procs=None, extra=()):
+def pattern_args(pattern):
+    """gpumigrate-workload arguments for a write pattern: random (over all its
+    memory), sequential (a sweep), hot=F (random within a fraction F of the
+    pages) or burst=ON/OFF (random, writing for ON then pausing for OFF)."""
+    if not pattern or pattern == "random":
+        return []
+    if pattern == "sequential":
+        return ["--pattern", "sequential"]
+    if pattern.startswith("hot="):
+        return ["--pattern", "hot", "--hot", pattern[4:]]
+    if pattern.startswith("burst="):
+        return ["--burst", pattern[6:]]
+    raise ValueError(f"unknown write pattern {pattern}")
+
+
+def start(wl, env, shim_dir, size, rate, adopt=False, procs=None, extra=(), pattern=""):
     """Starts the workload (a destination's with adopt) and waits for its shim."""
-    args = [wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"]
+    args = [wl, "--size", size, "--memory", "memfd", "--rate", rate, "--fill", "1"] + pattern_args(pattern)
     if adopt:
         args += ["--adopt", "--run-after", "100ms"] + list(extra)
     p = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

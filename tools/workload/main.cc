@@ -24,6 +24,7 @@
 
 #include "gpumigrate/shim.h"
 #include "gpumigrate/units.h"
+#include "tools/workload/bursts.h"
 #include "tools/workload/pattern.h"
 
 namespace gpumigrate::workload {
@@ -48,6 +49,8 @@ struct Options {
   std::string run_after = "0s";      // adopt: write on this long after adopting
   std::string adopt_timeout = "300s";
   std::string dump_hashes;  // file for XXH3 of every page: at release (source), at adoption (destination)
+  std::string burst;        // ON/OFF: write for ON, pause for OFF (empty: steadily)
+  double burst_on_s = 0, burst_off_s = 0;
 };
 
 struct Workload {
@@ -119,6 +122,11 @@ void Writer(Workload& w, const Options& o, double pages_per_s, uint32_t t, uint3
   auto start = std::chrono::steady_clock::now();
   uint64_t written = 0;
   while (!g_stop.load() && std::chrono::steady_clock::now() < until) {
+    const double t_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!Writing(t_s, o.burst_on_s, o.burst_off_s)) {  // a pause between bursts
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
     if (gm_shim_enter() != 0) {
       released = true;
       return;
@@ -136,7 +144,15 @@ void Writer(Workload& w, const Options& o, double pages_per_s, uint32_t t, uint3
     }
     gm_shim_leave();
     written += burst;
-    if (per_thread > 0) {
+    if (per_thread > 0 && o.burst_on_s > 0) {
+      // Paced on the ON time alone: wait while ahead of the rate.
+      while (!g_stop.load() &&
+             static_cast<double>(written) / per_thread >
+                 OnSeconds(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                           o.burst_on_s, o.burst_off_s)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+      }
+    } else if (per_thread > 0) {
       auto due = start + std::chrono::duration<double>(static_cast<double>(written) / per_thread);
       std::this_thread::sleep_until(due);
     }
@@ -148,6 +164,8 @@ int Fail(const std::string& what) {
   return 2;
 }
 
+int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s);
+
 int Run(const Options& o) {
   auto size = ParseSize(o.size);
   auto rate = ParseRateBytesPerS(o.rate);
@@ -155,10 +173,27 @@ int Run(const Options& o) {
     fmt::print(stderr, "workload: {}\n", !size.ok() ? size.status().message() : rate.status().message());
     return 2;
   }
+  Options opt = o;
+  if (!o.burst.empty()) {
+    const auto slash = o.burst.find('/');
+    auto on = ParseDuration(o.burst.substr(0, slash));
+    auto off = slash == std::string::npos ? on : ParseDuration(o.burst.substr(slash + 1));
+    if (slash == std::string::npos || !on.ok() || !off.ok() || *on <= std::chrono::nanoseconds(0) ||
+        *off <= std::chrono::nanoseconds(0)) {
+      fmt::print(stderr, "workload: --burst {}: give ON/OFF durations, e.g. 300ms/700ms\n", o.burst);
+      return 2;
+    }
+    opt.burst_on_s = std::chrono::duration<double>(*on).count();
+    opt.burst_off_s = std::chrono::duration<double>(*off).count();
+  }
+  return RunWith(opt, *size, *rate);
+}
+
+int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
   Workload w;
   w.st.seed = o.seed;
   w.st.page_size = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
-  w.st.size = (*size + w.st.page_size - 1) / w.st.page_size * w.st.page_size;
+  w.st.size = (size_bytes + w.st.page_size - 1) / w.st.page_size * w.st.page_size;
   w.pages = w.st.size / w.st.page_size;
   w.st.versions.assign(w.pages, 0);
   uint32_t flags = o.dma ? GM_SHIM_DMA_WRITTEN : 0;
@@ -207,7 +242,7 @@ int Run(const Options& o) {
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
 
-  double pages_per_s = *rate / static_cast<double>(w.st.page_size);
+  double pages_per_s = rate_bytes_per_s / static_cast<double>(w.st.page_size);
   auto forever = std::chrono::steady_clock::time_point::max();
 
   if (!o.adopt) {
@@ -324,6 +359,8 @@ int main(int argc, char** argv) {
   app.add_option("--run-after", o.run_after, "Adopt: write on this long after adopting, then self-check")
       ->capture_default_str();
   app.add_option("--adopt-timeout", o.adopt_timeout, "Adopt: how long to wait for a migration")->capture_default_str();
+  app.add_option("--burst", o.burst,
+                 "ON/OFF, e.g. 300ms/700ms: write at --rate for ON, then pause for OFF, repeatedly (default: steadily)");
   app.add_option("--dump-hashes", o.dump_hashes,
                  "Write XXH3 of every page here: at release (source) or on adoption (destination)");
   CLI11_PARSE(app, argc, argv);
