@@ -12,6 +12,7 @@
 // so a stale or misplaced page is visible after migration. Thread-safe.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -24,6 +25,15 @@ constexpr size_t kCanaryBytes = 16;
 
 void FillPage(uint64_t seed, uint32_t region, uint64_t page, uint32_t version, ContentKind kind,
               std::span<std::byte> out);
+
+// Builds the value tables FillPage draws from (once per process; a sim device
+// does it when created, so no round's timing includes it).
+void WarmContentTables();
+
+// One table: sigma times the standard-normal quantile at (i + 0.5) / 65536, as
+// bf16. `bisection`: the slow reference the fast build must equal (tests).
+std::array<uint16_t, 65536> BuildContentTable(double sigma, bool bisection);
+double InverseNormalCdfBisection(double u);
 
 // The canary of an activation page: the version it was written with, or
 // nullopt-like 0 when the bytes are not a canary for (region, page).

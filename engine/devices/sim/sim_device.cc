@@ -85,6 +85,7 @@ class SimDeviceImpl final : public SimDevice {
   }
 
   Status Init() {
+    sim::WarmContentTables();  // here, not in the first round's first read
     const uint64_t page = spec_.page_size;
     const uint64_t size = spec_.size_bytes / page * page;
     uint64_t weights = static_cast<uint64_t>(spec_.static_fraction * static_cast<double>(size)) / page * page;

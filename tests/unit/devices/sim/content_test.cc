@@ -95,3 +95,20 @@ TEST(SimContent, ActivationCanaryCarriesVersionAndIdentity) {
 
 }  // namespace
 }  // namespace gpumigrate::sim
+
+namespace gpumigrate::sim {
+namespace {
+
+// The tables are built by Newton's method now (bisection cost ~300 ms per
+// process, in round 0): every entry must be what bisection gave, or a sim's
+// content (and every checkpoint and digest of it) would change.
+TEST(SimContentTables, NewtonBuildsTheSameTablesAsBisection) {
+  for (double sigma : {0.02, 1.0, 2.5}) {
+    const auto fast = BuildContentTable(sigma, false);
+    const auto slow = BuildContentTable(sigma, true);
+    for (size_t i = 0; i < fast.size(); ++i) ASSERT_EQ(fast[i], slow[i]) << "sigma " << sigma << " entry " << i;
+  }
+}
+
+}  // namespace
+}  // namespace gpumigrate::sim
