@@ -87,6 +87,18 @@ ChunkJob Job(const Device& dev, uint32_t region, uint64_t first, uint64_t pages)
   return j;
 }
 
+// The page hashes a destination holds of region 0's first `pages` pages: as
+// they are now, but for pages [from, to), which it holds as something else.
+std::vector<uint64_t> HeldExcept(Device& dev, uint64_t pages, uint64_t from, uint64_t to) {
+  std::vector<std::byte> buf(pages * kPage);
+  EXPECT_TRUE(dev.Read(0, 0, buf).ok());
+  PageClassifier now;
+  now.Classify(buf, kPage);
+  std::vector<uint64_t> held = now.hashes();
+  for (uint64_t k = from; k < to; ++k) held[k] ^= 1;
+  return held;
+}
+
 // What the session thread computed itself before the pipeline: the classifier's runs and hashes.
 void ExpectPrepared(const Chunk& c) {
   ASSERT_TRUE(c.read.ok()) << c.read.message();
@@ -157,12 +169,7 @@ TEST(ChunkPipeline, PagesTheDestinationHoldsAreLeftOutAndCounted) {
   ScriptedDevice dev(20, true);
   ChunkPipeline pipe(dev, 2);
   // What the destination holds: pages 0-9 as they are now, 10-19 as something else.
-  std::vector<std::byte> buf(20 * kPage);
-  ASSERT_TRUE(dev.Read(0, 0, buf).ok());
-  PageClassifier now;
-  now.Classify(buf, kPage);
-  std::vector<uint64_t> held = now.hashes();
-  for (size_t k = 10; k < 20; ++k) held[k] ^= 1;
+  std::vector<uint64_t> held = HeldExcept(dev, 20, 10, 20);
   ChunkJob j = Job(dev, 0, 0, 20);
   j.held = held;
   pipe.Submit(j);
@@ -213,12 +220,7 @@ TEST(ChunkPipeline, DataPagesAreDigestedByTheWorkersForTheContentOffer) {
   EXPECT_TRUE(pipe.Front().digests.empty()) << "a job not offered is not hashed";
   pipe.PopFront();
   // Pages 10-19 held already: only the data pages of 0-9 are sent, so only they are hashed.
-  std::vector<std::byte> buf(20 * kPage);
-  ASSERT_TRUE(dev.Read(0, 0, buf).ok());
-  PageClassifier now;
-  now.Classify(buf, kPage);
-  std::vector<uint64_t> held = now.hashes();
-  for (size_t k = 0; k < 10; ++k) held[k] ^= 1;
+  std::vector<uint64_t> held = HeldExcept(dev, 20, 0, 10);
   ChunkJob j = Job(dev, 0, 0, 20);
   j.held = held;
   j.digest = true;
