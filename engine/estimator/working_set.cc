@@ -19,8 +19,17 @@ double WorkingSetCurve::Eval(double t, Bound b, double cap) const {
       if (x.size() < 2) return 0.0;
       return std::max(0.0, (ys.back() - ys[ys.size() - 2]) / (x.back() - x[x.size() - 2]));
     };
+    // The median and the low bound grow no faster than the longest window's
+    // average rate (mid(T)/T): distinct pages are subadditive, W(nT) <= n W(T),
+    // so a last segment steeper than that is a burst the sample happened to
+    // catch (a workload writing 300 ms of every second, sampled for one),
+    // not a rate that goes on. Where W bends down (a hot set, an append) the
+    // last segment is the gentler and nothing changes. The high bound keeps
+    // the steeper slope: the burst may go on.
+    const double average = x.back() > 0 ? mid_bytes.back() / x.back() : 0.0;
     double slope = slope_of(y);
-    if (b == Bound::kLow) slope = std::min(slope, slope_of(mid_bytes));
+    if (b == Bound::kMid) slope = std::min(slope, average);
+    if (b == Bound::kLow) slope = std::min({slope, slope_of(mid_bytes), average});
     if (b == Bound::kHigh) slope = std::max(slope, slope_of(mid_bytes));
     v = y.back() + slope * (t - x.back());
   } else {

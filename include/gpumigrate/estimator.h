@@ -43,7 +43,8 @@ struct WorkingSetCurve {
   std::vector<double> low_bytes, mid_bytes, high_bytes;
   enum class Bound { kLow, kMid, kHigh };
   // Piecewise linear between samples, proportional below the first, extended
-  // along the last segment's slope beyond the last, capped at `cap_bytes`.
+  // along the last segment's slope beyond the last (the median and low bound
+  // at most at the longest window's average rate), capped at `cap_bytes`.
   double Eval(double t_s, Bound b, double cap_bytes) const;
 };
 

@@ -49,6 +49,23 @@ TEST(WorkingSetCurve, InterpolatesExtrapolatesAndCaps) {
   EXPECT_DOUBLE_EQ(flat.Eval(10, B::kMid, 1e12), 40e6);
 }
 
+// A burst at the end of the sample (the last window holds one burst, the one
+// before it none) is not extended as a rate: the median grows at most at the
+// longest window's average beyond it; the high bound still extends the burst.
+TEST(WorkingSetCurve, ABurstCaughtByTheSampleIsNotExtendedAsARate) {
+  WorkingSetCurve c;
+  c.window_s = {0.16, 0.32, 0.64};
+  c.low_bytes = {0, 0, 20e6};
+  c.mid_bytes = {0, 4e6, 24e6};   // last segment: 62.5 MB/s; average over 0.64 s: 37.5 MB/s
+  c.high_bytes = {8e6, 24e6, 24e6};
+  EXPECT_DOUBLE_EQ(c.Eval(1.28, B::kMid, 1e12), 24e6 + 37.5e6 * 0.64);
+  EXPECT_DOUBLE_EQ(c.Eval(1.28, B::kHigh, 1e12), 24e6 + 62.5e6 * 0.64);
+  EXPECT_LE(c.Eval(1.28, B::kLow, 1e12), c.Eval(1.28, B::kMid, 1e12));
+  // A steady writer (W linear) and a hot set (W bending down) are unchanged.
+  WorkingSetCurve steady = Curve({0.01, 0.1}, {10e6, 100e6});
+  EXPECT_DOUBLE_EQ(steady.Eval(0.2, B::kMid, 1e12), 200e6);
+}
+
 // Beyond the last window, bounds keep their order even when the lowest samples
 // happen to grow faster than the median ones.
 TEST(WorkingSetCurve, BoundsStayOrderedWhenExtrapolating) {
