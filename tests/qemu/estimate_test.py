@@ -7,6 +7,9 @@ QEMU with the self-checking test guest, then the real migration it predicts.
   - the estimate's JSON carries a `qemu` object: guest RAM close to the pair's
     node-0 RAM (the shm node left out), a dirty rate above zero (the guest writes
     RAM every pass), and a predicted guest-visible stun;
+  - the device's rounds are modelled on the path calibration of the transport
+    `migrate --qemu` takes (tls, 2 streams, the --link cap), measured while the
+    VM runs, not on the in-process pipeline;
   - the estimate starts no migration: the source QEMU is still running, its
     query-migrate is empty, and the guest keeps passing with clean pages;
   - then `gpumigrate receive --qemu` / `migrate --qemu` move the guest, and the
@@ -101,6 +104,9 @@ def main(argv):
             stun = est.get("predicted_stun_ms")
             check("a predicted guest-visible stun", isinstance(stun, (int, float)) and stun > 0, stun)
             check("a decision", est.get("decision") in ("live-migrate", "drain-and-replace", "cannot-converge"), est)
+            key = est.get("path_calibration", {}).get("key", "")
+            check("the device's rounds are modelled on the path migrate --qemu takes (two processes, TLS, its cap)",
+                  key.startswith("tls/2/none/") and key != "tls/2/none/uncapped", est.get("path_calibration"))
             check("the assumptions name QEMU", any("QEMU" in a for a in est.get("assumptions", [])),
                   est.get("assumptions"))
 
