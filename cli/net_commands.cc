@@ -309,10 +309,9 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   // The switchover rule's fixed cost: this path's, as `estimate` measured it
   // between two processes, else the in-process calibration's.
   const std::string transport = tls->has_value() ? "tls" : "insecure";
-  const PathConfig path = PathConfigFor(transport, f.src.streams, o.codec, o.bandwidth_limit_bytes_per_s);
-  auto stored_path = LoadPathCalibration(path);
-  if (stored_path.ok() && stored_path->has_value()) {
-    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>((*stored_path)->fixed_ms * 1e6));
+  const PathConfig path = PathConfigFor(transport, f.src.streams, o.codec, o.bandwidth_limit_bytes_per_s, f.device);
+  if (auto fixed_ms = StoredPathFixedMs(path)) {
+    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(*fixed_ms * 1e6));
   } else {
     o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
   }
@@ -338,7 +337,7 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   if (f.dry_run) {
     auto eo = ProbeEstimateOptions(f.src, f.sample);
     if (!eo.ok()) return Usage("migrate", eo.status());
-    if (Status s = AttachPathCalibration(transport, f.src.streams, *eo); !s.ok()) {
+    if (Status s = AttachPathCalibration(transport, f.src.streams, f.device, *eo); !s.ok()) {
       Print(stderr, "gpumigrate migrate: {}\n", s.message());
       return 1;
     }

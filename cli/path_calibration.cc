@@ -18,8 +18,10 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/print.h"
+#include "gpumigrate/proc.h"
 #include "gpumigrate/units.h"
 
 extern char** environ;
@@ -39,6 +41,14 @@ uint64_t DeviceBytes(const PathConfig& c) {
   if (c.cap_bytes_per_s <= 0) return 512 * kMiB;
   const auto b = static_cast<uint64_t>(c.cap_bytes_per_s * 1.0);
   return std::clamp<uint64_t>(b / kMiB * kMiB, 64 * kMiB, 512 * kMiB);
+}
+
+// The device sizes of the two kinds of run. A proc run holds the memory twice
+// (source and destination processes): at most 256 MiB.
+uint64_t CalibrationBytes(const PathConfig& c, bool large_final) {
+  uint64_t big = DeviceBytes(c);
+  if (c.backend == "proc") big = std::min<uint64_t>(big, 256u << 20);
+  return large_final ? big : std::max<uint64_t>(4u << 20, big / 4 >> 20 << 20);
 }
 
 std::string NowUtc() {
@@ -108,14 +118,66 @@ struct Scratch {
   }
 };
 
+// The workload processes of one proc run: killed (if still running) when it ends.
+struct Workloads {
+  std::vector<Child> children;
+  ~Workloads() {
+    for (auto& c : children) Wait(c, 0s);
+  }
+};
+
+// Starts a gpumigrate-workload and waits up to 60 s for its shim's socket.
+Result<Child> StartWorkload(const std::vector<std::string>& args, const fs::path& dir, const std::string& name,
+                            Workloads& w) {
+  GM_ASSIGN_OR_RETURN(Child c, Spawn(args, (dir / (name + ".out")).string(), (dir / (name + ".err")).string()));
+  w.children.push_back(c);
+  const std::string sock = ProcShimSocket(c.pid);
+  for (int i = 0; i < 3000; ++i) {
+    std::error_code ec;
+    if (fs::exists(sock, ec)) return c;
+    if (waitpid(c.pid, nullptr, WNOHANG) == c.pid) {
+      w.children.pop_back();
+      return Internal(fmt::format("path calibration: the {} workload exited before serving its shim: {}", name,
+                                  Tail(Slurp(c.err))));
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return Status{StatusCode::kDeadlineExceeded,
+                fmt::format("path calibration: the {} workload did not serve its shim ({}) within 60 s", name, sock)};
+}
+
+// The device pair of one run: a sim spec on both sides, or for proc a source
+// workload and an adopting destination started now.
+struct RunDevices {
+  std::string source, destination;
+};
+
+Result<RunDevices> StartDevices(const PathConfig& c, bool large_final, const fs::path& dir, Workloads& w) {
+  if (c.backend != "proc") {
+    const std::string d = PathCalibrationDevice(c, large_final);
+    return RunDevices{d, d};
+  }
+  GM_ASSIGN_OR_RETURN(std::string wl, PathCalibrationWorkload());
+  const std::vector<std::string> spec = ProcCalibrationWorkload(c, large_final);
+  std::vector<std::string> src{wl};
+  src.insert(src.end(), spec.begin(), spec.end());
+  std::vector<std::string> dst = src;
+  dst.insert(dst.end(), {"--adopt", "--adopt-timeout", "240s"});
+  GM_ASSIGN_OR_RETURN(Child s, StartWorkload(src, dir, "source", w));
+  GM_ASSIGN_OR_RETURN(Child d, StartWorkload(dst, dir, "destination", w));
+  return RunDevices{fmt::format("proc:{}", s.pid), fmt::format("proc:{}", d.pid)};
+}
+
 Result<PathRun> OneRun(const std::string& self, const PathConfig& c, bool large_final, const fs::path& dir,
                        const std::vector<std::string>& security) {
-  const std::string device = PathCalibrationDevice(c, large_final);
+  Workloads w;
+  GM_ASSIGN_OR_RETURN(RunDevices devices, StartDevices(c, large_final, dir, w));
+  const std::string& device = devices.source;
   const std::string port_file = (dir / "port").string();
   std::error_code ec;
   fs::remove(port_file, ec);
   std::vector<std::string> recv{self, "receive", "--listen", "127.0.0.1:0", "--port-file", port_file, "--device",
-                                device, "--accept-timeout", "60s", "--json"};
+                                devices.destination, "--accept-timeout", "60s", "--json"};
   recv.insert(recv.end(), security.begin(), security.end());
   GM_ASSIGN_OR_RETURN(Child r, Spawn(recv, (dir / "recv.out").string(), (dir / "recv.err").string()));
   std::string port;
@@ -154,6 +216,16 @@ Result<PathRun> OneRun(const std::string& self, const PathConfig& c, bool large_
                                 "{} {}",
                                 device, mrc, rrc, Tail(Slurp(m.err)), Tail(Slurp(r.err))));
   }
+  // A migrated source exits by itself; the destination checks the pages it
+  // adopted and exits: a run whose workload finds its memory wrong failed.
+  for (auto& child : w.children) {
+    const int rc = Wait(child, 30s);
+    if (rc != 0) {
+      return Internal(fmt::format("path calibration: a workload of the test migration of {} exited {}: {}", device,
+                                  rc, Tail(Slurp(child.err))));
+    }
+  }
+  w.children.clear();
   return PathRunFromReport(Slurp(m.out), !large_final);
 }
 
@@ -185,9 +257,11 @@ Result<PathCalibration> Measure(const PathConfig& c, FILE* progress) {
     return InvalidArgument(fmt::format("path calibration: unknown transport '{}' (tls or insecure)", c.transport));
   }
   if (progress) {
-    Print(progress, "calibrating the path {} (first use of this configuration): 4 migrations of {} and {} between "
+    Print(progress, "calibrating the path {} (first use of this configuration): 4 migrations of {}{} and {} between "
                     "two processes...\n",
-          c.Key(), FormatBytes(static_cast<double>(DeviceBytes(c) / 4)), FormatBytes(static_cast<double>(DeviceBytes(c))));
+          c.Key(), c.backend == "proc" ? "gpumigrate-workload processes of " : "",
+          FormatBytes(static_cast<double>(CalibrationBytes(c, false))),
+          FormatBytes(static_cast<double>(CalibrationBytes(c, true))));
   }
   std::vector<PathRun> runs;
   for (int i = 0; i < 4; ++i) {
@@ -196,19 +270,54 @@ Result<PathCalibration> Measure(const PathConfig& c, FILE* progress) {
   }
   GM_ASSIGN_OR_RETURN(PathCalibration cal, FitPathCalibration(c, runs));
   cal.measured_at = NowUtc();
-  cal.method = fmt::format("2 migrations each of {} and {} between two processes of this binary over loopback",
-                           PathCalibrationDevice(c, false), PathCalibrationDevice(c, true));
+  cal.method = c.backend == "proc"
+                   ? fmt::format("2 migrations each of a gpumigrate-workload process ({}) and ({}) into an adopting "
+                                 "one, between two processes of this binary over loopback",
+                                 fmt::join(ProcCalibrationWorkload(c, false), " "),
+                                 fmt::join(ProcCalibrationWorkload(c, true), " "))
+                   : fmt::format("2 migrations each of {} and {} between two processes of this binary over loopback",
+                                 PathCalibrationDevice(c, false), PathCalibrationDevice(c, true));
   return cal;
 }
 
 }  // namespace
+
+Result<std::string> PathCalibrationWorkload() {
+  if (const char* e = std::getenv("GPUMIGRATE_WORKLOAD"); e && *e) {
+    if (::access(e, X_OK) == 0) return std::string(e);
+    return FailedPrecondition(fmt::format("$GPUMIGRATE_WORKLOAD {} is not an executable", e));
+  }
+  std::error_code ec;
+  const fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  const fs::path beside = self.parent_path() / "gpumigrate-workload";
+  if (!ec && ::access(beside.c_str(), X_OK) == 0) return beside.string();
+  return FailedPrecondition(fmt::format("a proc device's calibration migrates gpumigrate-workload processes: none at {} and "
+                              "no $GPUMIGRATE_WORKLOAD",
+                              beside.string()));
+}
+
+std::vector<std::string> ProcCalibrationWorkload(const PathConfig& c, bool large_final) {
+  // Memory shared with gpumigrate (memfd), every page written first. The nearly
+  // empty final round: a few pages a second, at random. The large one: a hot
+  // twelfth of the pages rewritten at random at 200 MB/s, so every dirty round
+  // and the final one carry megabytes of scattered 4 KiB pages, and the writer
+  // takes its share of the cores as a busy process does.
+  const uint64_t size = CalibrationBytes(c, large_final);
+  std::vector<std::string> a{"--size", fmt::format("{}MiB", size >> 20), "--memory", "memfd", "--fill", "1"};
+  if (large_final) {
+    a.insert(a.end(), {"--rate", "200MB/s", "--pattern", "hot", "--hot", "0.083"});
+  } else {
+    a.insert(a.end(), {"--rate", "64KB/s"});
+  }
+  return a;
+}
 
 std::string PathCalibrationDevice(const PathConfig& c, bool large_final) {
   // The two kinds on two sizes (a quarter for the nearly empty final round):
   // round 0's startup and rate come from the pair. One decode step per 50 ms:
   // a faster sim burns a core rewriting its hot set and measures its own CPU
   // use, not the path's.
-  const uint64_t size = large_final ? DeviceBytes(c) : std::max<uint64_t>(4u << 20, DeviceBytes(c) / 4 >> 20 << 20);
+  const uint64_t size = CalibrationBytes(c, large_final);
   const uint64_t hot = large_final ? std::clamp<uint64_t>(size / 12, 2u << 20, 24u << 20) : 64u << 10;
   return fmt::format("sim:size={}MiB,static=0.85,kv=0.05,kv_fill=1,kv_rate=0,hot={}KiB,page=64KiB,step=50ms",
                      size >> 20, hot >> 10);

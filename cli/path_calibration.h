@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "gpumigrate/path_calibration.h"
 
@@ -16,6 +18,13 @@ namespace gpumigrate::cli {
 // that with a nearly empty one. $GPUMIGRATE_PATH_CALIBRATION_SIZE overrides the
 // larger size (e.g. for tests).
 std::string PathCalibrationDevice(const PathConfig& c, bool large_final);
+
+// A proc backend's runs migrate gpumigrate-workload processes (the shim linked
+// in): $GPUMIGRATE_WORKLOAD, else the one beside this binary; an error when
+// neither is there (FailedPrecondition). The arguments of the two kinds' source (the destination
+// adds --adopt).
+Result<std::string> PathCalibrationWorkload();
+std::vector<std::string> ProcCalibrationWorkload(const PathConfig& c, bool large_final);
 
 // The stored calibration of `c`, or (none stored, or `force`) four migrations
 // measured now and stored. Progress goes to `progress`.

@@ -139,7 +139,7 @@ int RunQemuEstimate(const EstimateFlags& f) {
   // The device's rounds go the path `migrate --qemu` takes (its transport,
   // streams and codec, between two processes), measured while this VM runs
   // beside it as it will during the migration: not the in-process pipeline.
-  if (Status s = AttachPathCalibration(f.transport, f.streams, *opts); !s.ok()) return Fail(1, s);
+  if (Status s = AttachPathCalibration(f.transport, f.streams, f.device, *opts); !s.ok()) return Fail(1, s);
   Print(stderr, "observing {} and QEMU {} for {} (after {} warm-up)...\n", dev->device->Describe(),
         (*qmp)->socket_path(), f.sample, f.warmup);
   std::this_thread::sleep_for(*warmup);

@@ -69,6 +69,7 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
       "as `migrate` loads it for this path",
       c.fixed_ms, c.fixed_low_ms, c.fixed_high_ms, FormatRate(c.final_bytes_per_s), FormatRate(c.final_low_bytes_per_s),
       FormatRate(c.final_high_bytes_per_s), c.fixed_ms));
+  if (!o.path_note.empty()) r.assumptions.push_back(o.path_note);
   if (scale != 1.0) {
     r.assumptions.push_back(fmt::format(
         "uncapped, the codec's CPU binds: the raw rate holds, so the wire rate is scaled by the calibration data's "

@@ -17,8 +17,13 @@
 namespace gpumigrate {
 
 std::string PathConfig::Key() const {
-  return fmt::format("{}/{}/{}/{}", transport, streams, codec,
-                     cap_bytes_per_s > 0 ? fmt::format("{:.0f}B/s", cap_bytes_per_s) : std::string("uncapped"));
+  return fmt::format("{}/{}/{}/{}{}", transport, streams, codec,
+                     cap_bytes_per_s > 0 ? fmt::format("{:.0f}B/s", cap_bytes_per_s) : std::string("uncapped"),
+                     backend.empty() || backend == "sim" ? std::string() : "/" + backend);
+}
+
+std::string PathBackendFor(std::string_view device_spec) {
+  return device_spec.substr(0, 5) == "proc:" ? "proc" : "sim";
 }
 
 namespace {
@@ -155,6 +160,7 @@ nlohmann::ordered_json ToJson(const PathCalibration& c) {
           {"streams", c.config.streams},
           {"codec", c.config.codec},
           {"cap_bytes_per_s", c.config.cap_bytes_per_s},
+          {"backend", c.config.backend},
           {"bytes_per_s", c.bytes_per_s},
           {"low_bytes_per_s", c.low_bytes_per_s},
           {"high_bytes_per_s", c.high_bytes_per_s},
@@ -180,6 +186,7 @@ Result<PathCalibration> FromJson(const nlohmann::json& e, const std::string& whe
     c.config.streams = e.at("streams").get<uint32_t>();
     c.config.codec = e.at("codec").get<std::string>();
     c.config.cap_bytes_per_s = e.at("cap_bytes_per_s").get<double>();
+    c.config.backend = e.value("backend", "sim");  // files written before backends were told apart: sim
     c.bytes_per_s = e.at("bytes_per_s").get<double>();
     c.low_bytes_per_s = e.at("low_bytes_per_s").get<double>();
     c.high_bytes_per_s = e.at("high_bytes_per_s").get<double>();

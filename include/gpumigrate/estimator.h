@@ -220,6 +220,9 @@ struct EstimateOptions {
   // measured across two processes; else the in-process calibration's.
   std::optional<PathCalibration> path;
   bool path_measured_now = false;
+  // Why `path` is not the device's own backend's (e.g. a proc device modelled
+  // on the sim path because no workload could be run to calibrate it): an assumption.
+  std::string path_note;
   // --content-store-hint: region name (or "static": every static region) to
   // the share of its non-zero pages the destination's content store holds.
   std::map<std::string, double> content_store_hint;

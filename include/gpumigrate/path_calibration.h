@@ -23,6 +23,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpumigrate/status.h"
@@ -34,7 +35,12 @@ struct PathConfig {
   uint32_t streams = 2;
   std::string codec = "none";      // as CodecChoice::ToString writes it
   double cap_bytes_per_s = 0;      // --bandwidth; 0: uncapped
-  // "tls/2/none/uncapped", "insecure/4/zstd:1/125000000B/s".
+  // The device backend the runs migrate: "sim" (the default: any device without
+  // a calibration of its own) or "proc" (a live process through its shim: its
+  // switchover stops, scans, adopts and resumes processes, and moves 4 KiB pages).
+  std::string backend = "sim";
+  // "tls/2/none/uncapped", "insecure/4/zstd:1/125000000B/s"; a backend other
+  // than sim is appended: "tls/2/none/uncapped/proc".
   std::string Key() const;
 };
 
@@ -62,6 +68,9 @@ struct PathCalibration {
   std::string measured_at;  // UTC, ISO 8601
   std::string method;
 };
+
+// The backend whose calibration a device spec takes: "proc" for proc:PID, else "sim".
+std::string PathBackendFor(std::string_view device_spec);
 
 // Fits the figures above from runs of both kinds (at least one of each).
 Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::vector<PathRun>& runs);

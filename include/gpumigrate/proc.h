@@ -49,6 +49,9 @@ ProcSpec ProcSpecForCuda(const CudaSpec& c);
 
 // "proc:PID[,tracker=auto|pagemap-scan|sync-wp|hash][,page=SIZE]".
 Result<ProcSpec> ParseProcSpec(std::string_view text);
+// Where a process linked with libgpumigrate_shim serves its shim:
+// $GPUMIGRATE_SHIM_DIR (default /tmp)/gpumigrate-shim.PID.sock.
+std::string ProcShimSocket(int pid);
 
 using ProcRole = DeviceRole;  // the name proc callers use
 

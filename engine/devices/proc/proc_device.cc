@@ -572,6 +572,12 @@ class ProcDeviceImpl : public ProcDevice {
   std::string reason_;
 };
 
+}  // namespace
+
+std::string ProcShimSocket(int pid) { return w::ShimSocketPath(pid); }
+
+namespace {
+
 Result<int> ConnectShim(int pid) {
   std::string path = w::ShimSocketPath(pid);
   sockaddr_un addr{};

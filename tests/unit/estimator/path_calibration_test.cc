@@ -197,6 +197,46 @@ TEST_F(PathCalibrationStore, LivesBesideTheCalibrationOneEntryPerConfiguration) 
   EXPECT_EQ((*lb)->config.Key(), capped.Key());
 }
 
+TEST_F(PathCalibrationStore, TheProcBackendHasItsOwnEntryAndOldEntriesAreSim) {
+  EXPECT_EQ(PathBackendFor("proc:1234"), "proc");
+  EXPECT_EQ(PathBackendFor("proc:1234,tracker=hash"), "proc");
+  EXPECT_EQ(PathBackendFor("sim:size=64MiB"), "sim");
+  EXPECT_EQ(PathBackendFor("shm:/dev/shm/x"), "sim");
+  PathConfig sim, proc;
+  proc.backend = "proc";
+  EXPECT_EQ(sim.Key(), "tls/2/none/uncapped");  // the key files written before backends keep
+  EXPECT_EQ(proc.Key(), "tls/2/none/uncapped/proc");
+
+  auto a = FitPathCalibration(sim, {MakeRun(true), MakeRun(false)});
+  auto b = FitPathCalibration(proc, {MakeRun(true, 2.0), MakeRun(false, 2.0)});
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_TRUE(StorePathCalibration(*a).ok());
+  auto none = LoadPathCalibration(proc);
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value()) << "a sim entry is not the proc backend's";
+  ASSERT_TRUE(StorePathCalibration(*b).ok());
+  auto la = LoadPathCalibration(sim), lb = LoadPathCalibration(proc);
+  ASSERT_TRUE(la.ok() && lb.ok() && la->has_value() && lb->has_value());
+  EXPECT_EQ((*la)->config.backend, "sim");
+  EXPECT_EQ((*lb)->config.backend, "proc");
+  EXPECT_NEAR((*la)->bytes_per_s, 500e6, 1);
+  EXPECT_NEAR((*lb)->bytes_per_s, 250e6, 1);
+
+  // An entry written before backends were told apart has no "backend": sim.
+  const std::string file = DefaultPathCalibrationFile();
+  std::ifstream in(file);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const std::string field = "\"backend\": \"sim\",";
+  for (size_t at; (at = text.find(field)) != std::string::npos;) text.erase(at, field.size());
+  ASSERT_EQ(text.find("\"backend\": \"sim\""), std::string::npos) << text;
+  { std::ofstream(file) << text; }
+  auto old = LoadPathCalibration(sim);
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  ASSERT_TRUE(old->has_value());
+  EXPECT_EQ((*old)->config.backend, "sim");
+}
+
 TEST_F(PathCalibrationStore, ADamagedFileIsRejectedByName) {
   const std::string file = DefaultPathCalibrationFile();
   { std::ofstream(file) << "{ half"; }
