@@ -279,14 +279,21 @@ Status AttachPathCalibration(const std::string& transport, uint32_t streams, con
   GM_ASSIGN_OR_RETURN(PathCalibration c, LoadOrMeasurePath(config, o.recalibrate, stderr, &now));
   o.path = std::move(c);
   o.path_measured_now = now;
+  auto observations = LoadPathObservations();
+  if (observations.ok()) {
+    o.path_spread = SpreadFor(config, *observations);
+  } else {
+    Print(stderr, "gpumigrate estimate: {}; the ranges leave this host's run-to-run spread out\n",
+          observations.status().message());
+  }
   return Status::Ok();
 }
 
-std::optional<double> StoredPathFixedMs(const PathConfig& path) {
+std::optional<PathCalibration> StoredPathFor(const PathConfig& path) {
   PathConfig p = path;
   for (int i = 0; i < 2; ++i, p.backend = "sim") {
     auto stored = LoadPathCalibration(p);
-    if (stored.ok() && stored->has_value()) return (*stored)->fixed_ms;
+    if (stored.ok() && stored->has_value()) return **stored;
   }
   return std::nullopt;
 }

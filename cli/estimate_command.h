@@ -71,10 +71,10 @@ PathConfig PathConfigFor(const std::string& transport, uint32_t streams, const C
 // run) takes the sim path, and o.path_note says so.
 Status AttachPathCalibration(const std::string& transport, uint32_t streams, const std::string& device,
                              EstimateOptions& o);
-// The fixed switchover cost `migrate` assumes for its path: the stored
-// calibration's for the device's backend, else the sim path's; nullopt when
-// neither is stored.
-std::optional<double> StoredPathFixedMs(const PathConfig& path);
+// The stored calibration of a migration's path: its device's backend's, else
+// the sim path's; nullopt when neither is stored. `migrate` takes its fixed
+// switchover cost from it and records what it measured against it.
+std::optional<PathCalibration> StoredPathFor(const PathConfig& path);
 void PrintEstimate(FILE* out, const EstimateReport& r);
 
 }  // namespace gpumigrate::cli

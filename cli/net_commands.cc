@@ -11,6 +11,7 @@
 #include "cli/estimate_command.h"
 #include "cli/gnuplot.h"
 #include "cli/migration_plot.h"
+#include "cli/path_calibration.h"
 #include "cli/print.h"
 #include "cli/phase_file.h"
 #include "cli/progress.h"
@@ -310,8 +311,9 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
   // between two processes, else the in-process calibration's.
   const std::string transport = tls->has_value() ? "tls" : "insecure";
   const PathConfig path = PathConfigFor(transport, f.src.streams, o.codec, o.bandwidth_limit_bytes_per_s, f.device);
-  if (auto fixed_ms = StoredPathFixedMs(path)) {
-    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(*fixed_ms * 1e6));
+  const std::optional<PathCalibration> stored_path = StoredPathFor(path);
+  if (stored_path) {
+    o.switchover_fixed_cost = std::chrono::nanoseconds(static_cast<int64_t>(stored_path->fixed_ms * 1e6));
   } else {
     o.switchover_fixed_cost = StoredFixedCost(o.switchover_fixed_cost);
   }
@@ -385,6 +387,15 @@ int RunMigrate(const MigrateFlags& f, const std::atomic<bool>& cancel) {
     Print(stderr, "gpumigrate migrate: after the migration: {}\n", r.source_cleanup.message());
   } else if (opened->proc != nullptr && r.outcome == Outcome::kCompleted) {
     progress.Note(fmt::format("source process {} released: it was told that it moved", opened->proc->pid()));
+  }
+  // What this migration measured against its path's calibration joins the
+  // host's record the estimator's ranges are drawn from (path_spread.h): a
+  // completed one at a steady cap, without QEMU's own stop in its stun, on a
+  // path calibrated for its own backend.
+  if (stored_path && stored_path->config.Key() == path.Key() && r.outcome == Outcome::kCompleted && !f.dry_run && guest == nullptr && !rate_file) {
+    if (Status s = RecordAgainstPath(*stored_path, r); !s.ok()) {
+      Print(stderr, "gpumigrate migrate: recording the run against its path calibration: {}\n", s.message());
+    }
   }
   const std::string title = fmt::format("gpumigrate migrate{} to {}: {}", f.dry_run ? " --dry-run" : "", f.to,
                                         f.device);

@@ -21,7 +21,9 @@
 #include <fmt/ranges.h>
 
 #include "cli/print.h"
+#include "gpumigrate/path_spread.h"
 #include "gpumigrate/proc.h"
+#include "gpumigrate/report.h"
 #include "gpumigrate/units.h"
 
 extern char** environ;
@@ -321,6 +323,13 @@ std::string PathCalibrationDevice(const PathConfig& c, bool large_final) {
   const uint64_t hot = large_final ? std::clamp<uint64_t>(size / 12, 2u << 20, 24u << 20) : 64u << 10;
   return fmt::format("sim:size={}MiB,static=0.85,kv=0.05,kv_fill=1,kv_rate=0,hot={}KiB,page=64KiB,step=50ms",
                      size >> 20, hot >> 10);
+}
+
+Status RecordAgainstPath(const PathCalibration& c, const MigrationReport& r) {
+  GM_ASSIGN_OR_RETURN(PathRun run, PathRunFromReport(ReportToJson(r), false));
+  auto o = ObservePath(c, run, NowUtc());
+  if (!o) return Status::Ok();
+  return RecordPathObservation(*o);
 }
 
 Result<PathCalibration> LoadOrMeasurePath(const PathConfig& c, bool force, FILE* progress, bool* measured_now) {

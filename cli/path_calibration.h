@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "gpumigrate/path_calibration.h"
+#include "gpumigrate/report.h"
 
 namespace gpumigrate::cli {
 
@@ -25,6 +26,10 @@ std::string PathCalibrationDevice(const PathConfig& c, bool large_final);
 // adds --adopt).
 Result<std::string> PathCalibrationWorkload();
 std::vector<std::string> ProcCalibrationWorkload(const PathConfig& c, bool large_final);
+
+// Adds what a completed migration `r` on `c`'s path measured against `c` to
+// the host's record (path_spread.h).
+Status RecordAgainstPath(const PathCalibration& c, const MigrationReport& r);
 
 // The stored calibration of `c`, or (none stored, or `force`) four migrations
 // measured now and stored. Progress goes to `progress`.

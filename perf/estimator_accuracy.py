@@ -269,6 +269,7 @@ class Bench:
             "measured_round_ms": None if device.startswith("qemu:") else
                                  [r["ms"] for r in rep["rounds"] if not r.get("final")],
             "path": est.get("path_calibration", {}).get("key"),
+            "host_spread": est.get("path_calibration", {}).get("spread"),
         }
         if device.startswith("qemu:"):
             out["measured_stun"] = "guest-visible (the hook's stun_ms: the source's STOP to the destination running)"

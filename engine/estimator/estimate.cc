@@ -70,6 +70,26 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
       c.fixed_ms, c.fixed_low_ms, c.fixed_high_ms, FormatRate(c.final_bytes_per_s), FormatRate(c.final_low_bytes_per_s),
       FormatRate(c.final_high_bytes_per_s), c.fixed_ms));
   if (!o.path_note.empty()) r.assumptions.push_back(o.path_note);
+  if (o.path_spread) {
+    // The calibration's runs are back to back; migrations later on this host
+    // strayed from them by this much: the ranges hold it.
+    const PathSpread& s = *o.path_spread;
+    const double cap = c.config.cap_bytes_per_s > 0 ? c.config.cap_bytes_per_s * scale : INFINITY;
+    p.bandwidth_low = std::min(p.bandwidth_low, p.bandwidth_mid * s.round0_low);
+    p.bandwidth_high = std::min(cap, std::max(p.bandwidth_high, p.bandwidth_mid * s.round0_high));
+    p.path.fixed_ms[0] = std::min(p.path.fixed_ms[0], c.fixed_ms * s.stun_low);
+    p.path.fixed_ms[2] = std::max(p.path.fixed_ms[2], c.fixed_ms * s.stun_high);
+    p.path.final_bytes_per_s[0] = std::max(p.path.final_bytes_per_s[0], c.final_bytes_per_s / s.stun_low);
+    p.path.final_bytes_per_s[2] = std::min(p.path.final_bytes_per_s[2], c.final_bytes_per_s / s.stun_high);
+    r.assumptions.push_back(fmt::format(
+        "the ranges hold this host's run-to-run spread: {} migrations on {} recorded round 0 at {:.2f}x to {:.2f}x "
+        "their calibration's rate and a stun {:.2f}x to {:.2f}x what it predicts for their final round",
+        s.observations, s.pool, s.round0_low, s.round0_high, s.stun_low, s.stun_high));
+  } else {
+    r.assumptions.push_back(
+        "the ranges span the calibration's own runs only, measured back to back: fewer than 3 migrations on this "
+        "host's paths of this kind are recorded, and a later run may stray further");
+  }
   if (scale != 1.0) {
     r.assumptions.push_back(fmt::format(
         "uncapped, the codec's CPU binds: the raw rate holds, so the wire rate is scaled by the calibration data's "
@@ -256,6 +276,7 @@ Result<EstimateReport> EstimateFromProfile(const DeviceProfile& measured, const 
   } else if (path) {
     r.path = o.path;
     r.path_measured_now = o.path_measured_now;
+    r.path_spread = o.path_spread;
     PathBandwidth(o, *o.path, r);
   } else {
     CalibratedBandwidth(o, cal, r);
@@ -416,6 +437,13 @@ std::string EstimateToJson(const EstimateReport& r) {
                              {"round_overhead_ms", c.round_overhead_ms},
                              {"fixed_ms", c.fixed_ms},
                              {"final_bytes_per_s", c.final_bytes_per_s}};
+    if (r.path_spread) {
+      const PathSpread& s = *r.path_spread;
+      j["path_calibration"]["spread"] = {{"observations", s.observations},
+                                         {"pool", s.pool},
+                                         {"round0_ratio", {s.round0_low, s.round0_high}},
+                                         {"stun_ratio", {s.stun_low, s.stun_high}}};
+    }
   }
   return j.dump();
 }

@@ -3,16 +3,22 @@
 // this binary's `migrate` and `receive`, which the engine library cannot start.
 #include "gpumigrate/path_calibration.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "gpumigrate/calibration.h"
 #include "gpumigrate/stats.h"
+#include "engine/estimator/path_file.h"
 
 namespace gpumigrate {
 
@@ -179,7 +185,7 @@ nlohmann::ordered_json ToJson(const PathCalibration& c) {
           {"method", c.method}};
 }
 
-Result<PathCalibration> FromJson(const nlohmann::json& e, const std::string& where) {
+Result<PathCalibration> FromJson(const nlohmann::ordered_json& e, const std::string& where) {
   PathCalibration c;
   try {
     c.config.transport = e.at("transport").get<std::string>();
@@ -217,41 +223,42 @@ Result<PathCalibration> FromJson(const nlohmann::json& e, const std::string& whe
   return c;
 }
 
-// The file's entries by key; an absent file has none.
-Result<nlohmann::json> ReadFile(const std::string& path) {
+}  // namespace
+
+Result<nlohmann::ordered_json> ReadPathFile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return nlohmann::json::object();
-  auto j = nlohmann::json::parse(in, nullptr, false);
+  if (!in) return nlohmann::ordered_json{{"version", 1}, {"paths", nlohmann::ordered_json::object()}};
+  auto j = nlohmann::ordered_json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("version", 0) != 1 || !j.contains("paths") ||
       !j["paths"].is_object()) {
     return Corrupt(fmt::format("path calibration: {} is not a version 1 path calibration file", path));
   }
-  return j["paths"];
+  return j;
 }
 
-}  // namespace
-
-Result<std::optional<PathCalibration>> LoadPathCalibration(const PathConfig& config) {
+Status UpdatePathFile(const std::function<void(nlohmann::ordered_json&)>& change) {
   const std::string path = DefaultPathCalibrationFile();
-  GM_ASSIGN_OR_RETURN(nlohmann::json paths, ReadFile(path));
-  const std::string key = config.Key();
-  if (!paths.contains(key)) return std::optional<PathCalibration>();
-  GM_ASSIGN_OR_RETURN(PathCalibration c, FromJson(paths[key], fmt::format("{} (entry {})", path, key)));
-  return std::optional<PathCalibration>(std::move(c));
-}
-
-Status StorePathCalibration(const PathCalibration& c) {
-  const std::string path = DefaultPathCalibrationFile();
-  auto paths = ReadFile(path);
-  // A damaged file is replaced, not merged: it is a cache of measurements.
-  nlohmann::ordered_json out{{"version", 1}, {"paths", nlohmann::ordered_json::object()}};
-  if (paths.ok()) {
-    for (auto& [k, v] : paths->items()) out["paths"][k] = v;
-  }
-  out["paths"][c.config.Key()] = ToJson(c);
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp";
+  // Every writer holds the lock from its read to its rename: two processes
+  // adding at once both keep what they added.
+  const std::string lock_path = path + ".lock";
+  const int lock = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock < 0) return Status::FromErrno(errno, fmt::format("path calibration: open {}", lock_path));
+  struct Unlock {
+    int fd;
+    ~Unlock() { ::close(fd); }  // closing drops the flock
+  } unlock{lock};
+  while (::flock(lock, LOCK_EX) != 0) {
+    if (errno != EINTR) return Status::FromErrno(errno, fmt::format("path calibration: lock {}", lock_path));
+  }
+  auto read = ReadPathFile(path);
+  // A damaged file is replaced, not merged: it is a cache of measurements.
+  nlohmann::ordered_json out =
+      read.ok() ? std::move(read).value()
+                : nlohmann::ordered_json{{"version", 1}, {"paths", nlohmann::ordered_json::object()}};
+  change(out);
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
   {
     std::ofstream f(tmp);
     f << out.dump(2) << "\n";
@@ -260,6 +267,20 @@ Status StorePathCalibration(const PathCalibration& c) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) return Internal(fmt::format("path calibration: rename {} failed: {}", tmp, ec.message()));
   return Status::Ok();
+}
+
+Result<std::optional<PathCalibration>> LoadPathCalibration(const PathConfig& config) {
+  const std::string path = DefaultPathCalibrationFile();
+  GM_ASSIGN_OR_RETURN(nlohmann::ordered_json file, ReadPathFile(path));
+  const auto& paths = file["paths"];
+  const std::string key = config.Key();
+  if (!paths.contains(key)) return std::optional<PathCalibration>();
+  GM_ASSIGN_OR_RETURN(PathCalibration c, FromJson(paths[key], fmt::format("{} (entry {})", path, key)));
+  return std::optional<PathCalibration>(std::move(c));
+}
+
+Status StorePathCalibration(const PathCalibration& c) {
+  return UpdatePathFile([&](nlohmann::ordered_json& file) { file["paths"][c.config.Key()] = ToJson(c); });
 }
 
 }  // namespace gpumigrate

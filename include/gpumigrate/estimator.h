@@ -28,6 +28,7 @@
 #include "gpumigrate/clock.h"
 #include "gpumigrate/codec.h"
 #include "gpumigrate/path_calibration.h"
+#include "gpumigrate/path_spread.h"
 #include "gpumigrate/device.h"
 #include "gpumigrate/projection.h"
 #include "gpumigrate/session.h"
@@ -223,6 +224,9 @@ struct EstimateOptions {
   // Why `path` is not the device's own backend's (e.g. a proc device modelled
   // on the sim path because no workload could be run to calibrate it): an assumption.
   std::string path_note;
+  // This host's run-to-run spread against its path calibrations
+  // (path_spread.h): the ranges hold it. nullopt: too few migrations recorded.
+  std::optional<PathSpread> path_spread;
   // --content-store-hint: region name (or "static": every static region) to
   // the share of its non-zero pages the destination's content store holds.
   std::map<std::string, double> content_store_hint;
@@ -252,6 +256,7 @@ struct EstimateReport {
   bool calibrated_now = false;
   std::optional<PathCalibration> path;  // the path calibration modelled with, when there was one
   bool path_measured_now = false;
+  std::optional<PathSpread> path_spread;  // the host's spread the ranges were widened by
   std::vector<std::string> assumptions;
 };
 

@@ -185,5 +185,17 @@ json_check "$tmp/probe.json" 'r["estimate"]["path_calibration"]["key"].startswit
 json_check "$tmp/probe.json" 'r["estimate_at_probe_rate"]["round0_bytes_per_s"] > 0 and r["estimate_at_probe_rate"]["predicted_stun_ms"] > 0' "the probe's measured rate is fed back into the model"
 json_check "$tmp/probe.recv.json" '"dry run" in r["error"]' "receiver says why it discarded"
 
+# 9. A completed migration on a calibrated path joins the host's record of runs
+# against their calibration (the estimator's ranges are drawn from it); the
+# probe above, which did not complete, does not.
+paths="$tmp/calibration-paths.json"
+python3 -c "import json,sys; sys.exit(len(json.load(open(sys.argv[1])).get('observations', [])))" "$paths"
+check "a probe is not recorded" 0 $?
+start_receiver record "$dev"
+timeout 120 "$bin" migrate --device "$dev" --to 127.0.0.1:$port --insecure-no-tls --json >"$tmp/record.json" 2>/dev/null
+check "migrate on the calibrated path" 0 $?
+wait $rpid; check "receive on the calibrated path" 0 $?
+json_check "$paths" 'len(r["observations"]) == 1 and r["observations"][0]["key"] == "insecure/2/none/uncapped" and not r["observations"][0]["capped"] and r["observations"][0]["round0_ratio"] > 0 and r["observations"][0]["stun_ratio"] > 0' "the migration is recorded against its path"
+
 if [ $fail -ne 0 ]; then echo "net_migration: FAILED"; exit 1; fi
 echo "net_migration: all checks passed"

@@ -24,7 +24,7 @@ PUBLIC_HEADERS = {
     "device.h": "devices", "open_device.h": "devices", "dirty_tracker.h": "devices", "sim.h": "devices", "proc.h": "devices", "cuda.h": "devices", "vfio.h": "devices", "shm.h": "devices",
     "iommu_tracking.h": "devices", "cuda_checkpoint.h": "devices",
     "session.h": "session", "report.h": "session", "local_migration.h": "session",
-    "estimator.h": "estimator", "calibration.h": "estimator", "path_calibration.h": "estimator", "projection.h": "estimator",
+    "estimator.h": "estimator", "calibration.h": "estimator", "path_calibration.h": "estimator", "path_spread.h": "estimator", "projection.h": "estimator",
     "checkpoint.h": "checkpoint",
     "metrics_server.h": "net",
     "planner.h": "planner",
