@@ -25,7 +25,10 @@ them is the path calibration's own device.
 
 One JSON object per workload (predicted and measured stun, error =
 predicted/measured - 1, whether the measured stun lies in the printed range,
-rounds), then a summary: median and worst absolute stun error, ranges held."""
+rounds, the host's spread the range was widened by), then a summary: median and
+worst absolute stun error, ranges held, the workloads within issue 40's goal
+(25% or 25 ms, whichever is larger) and those beyond it, and how often the
+predicted rounds are the engine's."""
 import argparse
 import json
 import os
@@ -67,6 +70,12 @@ WORKLOADS = [
     ("qemu-256M+256M-period50", "qemu:256:256:50:1", "", "none", 2, "300ms"),
     ("qemu-192M+128M-period20-every4", "qemu:192:128:20:4", "", "none", 2, "300ms"),
 ]
+
+
+def within_goal(r):
+    """Whether a workload's predicted stun is within 25% or 25 ms of the measured one."""
+    off = abs(r["predicted_stun_ms"] - r["measured_stun_ms"])
+    return off <= max(0.25 * r["measured_stun_ms"], 25.0)
 
 
 def parse_args(argv):
@@ -297,6 +306,7 @@ def main():
                     results.append({"workload": i, "name": w[0], "error": str(e)})
     finally:
         b.close()
+    ok = [r for r in results if "error" not in r and r.get("predicted_stun_ms") and r.get("measured_stun_ms")]
     errs = [abs(r["stun_error"]) for r in results if r.get("stun_error") is not None]
     held = [r["range_held"] for r in results if r.get("range_held") is not None]
     summary = {
@@ -311,6 +321,11 @@ def main():
         "ranges_compared": len(held),
         "decisions_agree": sum(1 for r in results if "error" not in r and
                                (r["predicted_decision"] == "live-migrate") == (r["measured_outcome"] == "completed")),
+        # Issue 40's goal: each error within 25% or 25 ms, whichever is larger
+        # (below 100 ms the run-to-run spread on two shared cores is itself tens of ms).
+        "within_goal": sum(1 for r in ok if within_goal(r)),
+        "beyond_goal": [r["name"] for r in ok if not within_goal(r)],
+        "rounds_agree": sum(1 for r in ok if r["predicted_rounds"] == r["measured_rounds"]),
     }
     print(json.dumps(summary), flush=True)
 

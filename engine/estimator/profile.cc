@@ -1,6 +1,7 @@
 // ProfileDevice: the dry run's measurements. Syncs the device's dirty tracker
 // every interval; level j ORs 2^j consecutive syncs, so each full accumulator is
-// one sample of W(2^j * interval) (its window measured on the clock).
+// one sample of W(2^j * interval) (its window measured on the clock); the long
+// windows, of which the sample holds few, are placed at several offsets.
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -13,13 +14,30 @@
 namespace gpumigrate {
 namespace {
 
-struct Level {
+// One placement of a level's window: it ORs 2^j consecutive syncs starting
+// `offset` syncs into the sample, then the next 2^j, and so on.
+struct Phase {
   std::vector<DirtyBitmap> acc;  // per region
+  uint32_t offset = 0;
   uint32_t syncs = 0;
   Clock::TimePoint start{};
+};
+
+struct Level {
+  std::vector<Phase> phases;
   std::vector<std::vector<double>> samples;  // per region: bytes
   std::vector<double> windows_s;
 };
+
+// Placements of level j's window: one where the sample holds 8 or more of them;
+// else up to 4, a quarter of the window apart, so that a long window (of which
+// the sample holds one or two) is seen at several places: one placed in a
+// workload's pause is a sample as much as one placed on its burst.
+uint32_t PhasesOf(uint32_t j, uint64_t total_syncs) {
+  const uint64_t len = uint64_t{1} << j;
+  if (total_syncs / len >= 8) return 1;
+  return static_cast<uint32_t>(std::min<uint64_t>(4, len));
+}
 
 // Syncs the tracker every opt.interval for opt.sample; level j ORs 2^j syncs
 // together, so each level measures the dirty set over a window twice as long.
@@ -32,10 +50,17 @@ Result<std::vector<Level>> SampleWorkingSets(DirtyTracker* tracker, const std::v
   std::vector<Level> lv(levels);
   GM_RETURN_IF_ERROR(tracker->Start().WithContext("estimator: start dirty tracking"));
   Clock::TimePoint t0 = clock.Now();
-  for (auto& l : lv) {
-    for (const RegionInfo& r : regions) l.acc.emplace_back(r.pages());
+  for (uint32_t j = 0; j < levels; ++j) {
+    Level& l = lv[j];
+    const uint32_t n = PhasesOf(j, total_syncs);
+    for (uint32_t k = 0; k < n; ++k) {
+      Phase ph;
+      for (const RegionInfo& r : regions) ph.acc.emplace_back(r.pages());
+      ph.offset = static_cast<uint32_t>((uint64_t{k} << j) / n);
+      ph.start = t0;
+      l.phases.push_back(std::move(ph));
+    }
     l.samples.resize(regions.size());
-    l.start = t0;
   }
   std::vector<DirtyBitmap> fresh;
   for (const RegionInfo& r : regions) fresh.emplace_back(r.pages());
@@ -54,15 +79,21 @@ Result<std::vector<Level>> SampleWorkingSets(DirtyTracker* tracker, const std::v
     }
     for (uint32_t j = 0; j < levels; ++j) {
       Level& l = lv[j];
-      for (size_t i = 0; i < regions.size(); ++i) l.acc[i].OrWith(fresh[i]);
-      if (++l.syncs == (uint32_t{1} << j)) {
-        l.windows_s.push_back(std::chrono::duration<double>(now - l.start).count());
-        for (size_t i = 0; i < regions.size(); ++i) {
-          l.samples[i].push_back(static_cast<double>(l.acc[i].Count()) * regions[i].page_size);
-          l.acc[i].ClearAll();
+      for (Phase& ph : l.phases) {
+        if (s < ph.offset) {
+          if (s + 1 == ph.offset) ph.start = now;  // it starts after this sync
+          continue;
         }
-        l.syncs = 0;
-        l.start = now;
+        for (size_t i = 0; i < regions.size(); ++i) ph.acc[i].OrWith(fresh[i]);
+        if (++ph.syncs == (uint32_t{1} << j)) {
+          l.windows_s.push_back(std::chrono::duration<double>(now - ph.start).count());
+          for (size_t i = 0; i < regions.size(); ++i) {
+            l.samples[i].push_back(static_cast<double>(ph.acc[i].Count()) * regions[i].page_size);
+            ph.acc[i].ClearAll();
+          }
+          ph.syncs = 0;
+          ph.start = now;
+        }
       }
     }
   }

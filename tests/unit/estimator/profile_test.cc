@@ -47,6 +47,38 @@ TEST(ProfileDevice, MeasuresTheWorkingSetCurveExactly) {
   EXPECT_EQ(dev.State(), DeviceState::kRunning) << "a dry run only observes";
 }
 
+// A workload writing in bursts: 4 new pages in each of the first 4 syncs of
+// every 20. Windows of 16 syncs laid end to end ([0,16), [16,32)) each hold a
+// whole burst; one placed a quarter further ([4,20)) falls in the pause. The
+// sample holds only two such windows, so they are placed at four offsets and
+// the pause is seen.
+TEST(ProfileDevice, LongWindowsArePlacedAtSeveralOffsetsAndSeeAPause) {
+  FakeDevice dev({RegionInfo{0, "kv", 256 * 4096, 4096, RegionHint::kDynamic}}, DeviceState::kRunning);
+  uint64_t next_page = 0;
+  dev.on_sync = [&](int i) {
+    if (i % 20 < 4) {
+      for (int k = 0; k < 4; ++k) dev.Touch(0, next_page++, 1);
+    }
+  };
+  FakeClock clock;
+  SampleOptions opt;
+  opt.sample = 320ms;
+  opt.interval = 10ms;
+  opt.pages_sampled_per_region = 16;
+  auto prof = ProfileDevice(dev, opt, clock);
+  ASSERT_TRUE(prof.ok()) << prof.status().ToString();
+  const WorkingSetCurve& c = prof->regions[0].dirty;
+  ASSERT_EQ(c.window_s.size(), 6u);  // 1 to 32 syncs
+  EXPECT_DOUBLE_EQ(c.window_s[4], 0.16);
+  EXPECT_DOUBLE_EQ(c.high_bytes[4], 16 * 4096.0) << "a window on a burst";
+  EXPECT_DOUBLE_EQ(c.low_bytes[4], 0) << "the window placed in the pause";
+  // Windows of 4 syncs: the sample holds 8, laid end to end only: [0,4) and
+  // [20,24) are bursts, [4,8) ... pauses.
+  EXPECT_DOUBLE_EQ(c.high_bytes[2], 16 * 4096.0);
+  EXPECT_DOUBLE_EQ(c.low_bytes[2], 0);
+  EXPECT_DOUBLE_EQ(c.mid_bytes[2], 0);
+}
+
 TEST(ProfileDevice, RefusesADeviceThatIsNotRunningAndABadWindow) {
   FakeDevice stopped({RegionInfo{0, "a", 4096, 4096, RegionHint::kStatic}}, DeviceState::kStop);
   FakeClock clock;
