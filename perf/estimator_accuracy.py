@@ -279,6 +279,8 @@ class Bench:
                                  [r["ms"] for r in rep["rounds"] if not r.get("final")],
             "path": est.get("path_calibration", {}).get("key"),
             "host_spread": est.get("path_calibration", {}).get("spread"),
+            "dry_run_sync_ms": est.get("dirty_sync_ms"),
+            "sync_extra_ms": est.get("path_calibration", {}).get("sync_extra_ms"),
         }
         if device.startswith("qemu:"):
             out["measured_stun"] = "guest-visible (the hook's stun_ms: the source's STOP to the destination running)"

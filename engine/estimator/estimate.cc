@@ -52,6 +52,7 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
   p.path.final_bytes_per_s[0] = c.final_high_bytes_per_s;
   p.path.final_bytes_per_s[1] = c.final_bytes_per_s;
   p.path.final_bytes_per_s[2] = c.final_low_bytes_per_s;
+  p.path.sync_extra_ms = std::max(0.0, r.modelled.sync_ms - c.final_sync_ms);
   r.pipeline_bytes_per_s = p.bandwidth_mid;
   r.link = o.link_text.empty() ? fmt::format("{:.0f}B/s", p.bandwidth_mid) : o.link_text;
   r.link_source = fmt::format("path {}, measured between two processes: {} (runs ranged {} to {}){}", c.config.Key(),
@@ -70,6 +71,12 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
       c.fixed_ms, c.fixed_low_ms, c.fixed_high_ms, FormatRate(c.final_bytes_per_s), FormatRate(c.final_low_bytes_per_s),
       FormatRate(c.final_high_bytes_per_s), c.fixed_ms));
   if (!o.path_note.empty()) r.assumptions.push_back(o.path_note);
+  if (p.path.sync_extra_ms >= 1) {
+    r.assumptions.push_back(fmt::format(
+        "a dirty-log sync of this device took {:.1f} ms in the dry run, the calibration device's final one {:.1f} ms: "
+        "the stun's final sync and each round after round 0 take {:.1f} ms longer",
+        r.modelled.sync_ms, c.final_sync_ms, p.path.sync_extra_ms));
+  }
   if (o.path_spread) {
     // The calibration's runs are back to back; migrations later on this host
     // strayed from them by this much: the ranges hold it.
@@ -360,6 +367,7 @@ std::string EstimateToJson(const EstimateReport& r) {
   j["device"] = r.modelled.device;
   j["measured_device"] = r.measured.device;
   j["sample_s"] = r.measured.sample_s;
+  j["dirty_sync_ms"] = r.measured.sync_ms;
   j["bandwidth_bytes_per_s"] = {{"low", r.params.bandwidth_low},
                                 {"mid", r.params.bandwidth_mid},
                                 {"high", r.params.bandwidth_high},
@@ -436,7 +444,9 @@ std::string EstimateToJson(const EstimateReport& r) {
                              {"round0_startup_ms", c.round0_startup_ms},
                              {"round_overhead_ms", c.round_overhead_ms},
                              {"fixed_ms", c.fixed_ms},
-                             {"final_bytes_per_s", c.final_bytes_per_s}};
+                             {"final_bytes_per_s", c.final_bytes_per_s},
+                             {"final_sync_ms", c.final_sync_ms},
+                             {"sync_extra_ms", r.params.path.sync_extra_ms}};
     if (r.path_spread) {
       const PathSpread& s = *r.path_spread;
       j["path_calibration"]["spread"] = {{"observations", s.observations},

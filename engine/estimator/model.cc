@@ -69,7 +69,10 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
   const double ram = m.bytes;
   const double rate = std::max(0.0, m.dirty_bytes_per_s);
   const double share = std::clamp(m.link_share, 0.01, 0.99);
-  const double fixed_s = std::chrono::duration<double>(params.fixed_cost).count();
+  // The stun's fixed cost as the rule assumes it, plus what this device's
+  // dirty-log sync costs beyond the calibration device's (every round after
+  // round 0 starts with one too).
+  const double fixed_s = std::chrono::duration<double>(params.fixed_cost).count() + params.path.sync_extra_ms / 1e3;
   const double target_s = std::chrono::duration<double>(params.downtime_target).count();
   const double state = static_cast<double>(p.device_state_bytes);
   // One measured window: rate x t in the low and mid runs; the high run takes the
@@ -92,7 +95,8 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
     const bool beside = mover_start >= 0;
     const double device_rate = beside ? bw * (1 - share) : bw, ram_rate = bw * share;
     const double offer_s = round == 0 ? Round0OfferSeconds(p) : 0.0;  // round 0 alone offers by digest
-    const double t_dev = device_bytes / device_rate + offer_s, t_ram = beside ? left / ram_rate : t_dev + 1;
+    const double sync_s = round == 0 ? 0.0 : params.path.sync_extra_ms / 1e3;
+    const double t_dev = device_bytes / device_rate + offer_s + sync_s, t_ram = beside ? left / ram_rate : t_dev + 1;
     double secs = t_dev;
     const bool paused = beside && t_ram <= t_dev;
     if (paused) {
@@ -228,13 +232,13 @@ ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, Workin
       run.stop_reason = d.stop;
       run.policy_reason = d.reason;
       run.final_bytes = dirty + static_cast<double>(p.device_state_bytes);
-      run.stun_ms = path.calibrated()
-                        ? path.fixed_ms[which] + run.final_bytes / path.final_bytes_per_s[which] * 1e3
-                        : d.predicted_stun_ms;
+      run.stun_ms = path.calibrated() ? path.fixed_ms[which] + path.sync_extra_ms +
+                                            run.final_bytes / path.final_bytes_per_s[which] * 1e3
+                                      : d.predicted_stun_ms;
       run.total_ms = elapsed * 1e3 + run.stun_ms;
       return run;
     }
-    t = dirty / bw + path.round_overhead_s;
+    t = dirty / bw + path.round_overhead_s + path.sync_extra_ms / 1e3;
     run.rounds.push_back({round + 1, dirty, t});
     elapsed += t;
   }
@@ -297,6 +301,7 @@ DeviceProfile ProjectProfile(const DeviceProfile& p, uint64_t device_bytes, bool
   for (const auto& r : p.regions) current += r.info.size_bytes;
   double f = current ? static_cast<double>(device_bytes) / static_cast<double>(current) : 1;
   DeviceProfile out = p;
+  out.sync_ms = p.sync_ms * f;
   out.device = fmt::format("projection of {} to {}", p.device, FormatBytes(static_cast<double>(device_bytes)));
   for (auto& r : out.regions) {
     r.info.size_bytes = static_cast<uint64_t>(std::llround(static_cast<double>(r.info.size_bytes) * f));
@@ -316,7 +321,8 @@ DeviceProfile ProjectProfile(const DeviceProfile& p, uint64_t device_bytes, bool
                                              f)
                                : "dirty working sets stay as measured: the larger device holds more static data only");
     assumptions->push_back("non-zero page fractions and compression ratios stay as sampled");
-    assumptions->push_back("device state size and fixed switchover cost stay as measured");
+    assumptions->push_back("device state size and fixed switchover cost stay as measured; a dirty-log sync takes "
+                           "longer in proportion to the size");
   }
   return out;
 }

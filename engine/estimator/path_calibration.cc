@@ -115,6 +115,9 @@ Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::
   c.fixed_high_ms = std::max(c.fixed_ms, Max(fixeds));
   c.final_low_bytes_per_s = std::min(c.final_bytes_per_s, Min(finals));
   c.final_high_bytes_per_s = std::max(c.final_bytes_per_s, Max(finals));
+  std::vector<double> syncs;
+  for (const auto& r : runs) syncs.push_back(r.final_sync_ms);
+  c.final_sync_ms = Median(syncs);
   return c;
 }
 
@@ -129,6 +132,9 @@ Result<PathRun> PathRunFromReport(const std::string& report_json, bool small_fin
                                   j.value("outcome", "?"), j.value("error", j.value("status", std::string()))));
     }
     r.stun_ms = j.at("stun_ms").get<double>();
+    if (j.contains("stun_breakdown_ms") && j["stun_breakdown_ms"].contains("final_sync")) {
+      r.final_sync_ms = j["stun_breakdown_ms"]["final_sync"].get<double>();
+    }
     bool first = true;
     for (const auto& x : j.at("rounds")) {
       const double bytes = x.at("bytes").get<double>(), ms = x.at("ms").get<double>();
@@ -180,6 +186,7 @@ nlohmann::ordered_json ToJson(const PathCalibration& c) {
           {"final_bytes_per_s", c.final_bytes_per_s},
           {"final_low_bytes_per_s", c.final_low_bytes_per_s},
           {"final_high_bytes_per_s", c.final_high_bytes_per_s},
+          {"final_sync_ms", c.final_sync_ms},
           {"runs", c.runs},
           {"measured_at", c.measured_at},
           {"method", c.method}};
@@ -206,6 +213,7 @@ Result<PathCalibration> FromJson(const nlohmann::ordered_json& e, const std::str
     c.final_bytes_per_s = e.at("final_bytes_per_s").get<double>();
     c.final_low_bytes_per_s = e.at("final_low_bytes_per_s").get<double>();
     c.final_high_bytes_per_s = e.at("final_high_bytes_per_s").get<double>();
+    c.final_sync_ms = e.value("final_sync_ms", 0.0);  // entries written before it was kept: none known
     c.runs = e.value("runs", 0);
     c.measured_at = e.value("measured_at", "");
     c.method = e.value("method", "");

@@ -64,6 +64,7 @@ Result<std::vector<Level>> SampleWorkingSets(DirtyTracker* tracker, const std::v
   }
   std::vector<DirtyBitmap> fresh;
   for (const RegionInfo& r : regions) fresh.emplace_back(r.pages());
+  std::vector<double> sync_ms;
   Clock::TimePoint next = t0;
   for (uint64_t s = 0; s < total_syncs; ++s) {
     next += opt.interval;
@@ -77,6 +78,7 @@ Result<std::vector<Level>> SampleWorkingSets(DirtyTracker* tracker, const std::v
         return st.WithContext("estimator: dirty sync");
       }
     }
+    sync_ms.push_back(std::chrono::duration<double, std::milli>(clock.Now() - now).count());
     for (uint32_t j = 0; j < levels; ++j) {
       Level& l = lv[j];
       for (Phase& ph : l.phases) {
@@ -100,6 +102,7 @@ Result<std::vector<Level>> SampleWorkingSets(DirtyTracker* tracker, const std::v
   GM_RETURN_IF_ERROR(tracker->Stop().WithContext("estimator: stop dirty tracking"));
   prof.sample_s = std::chrono::duration<double>(clock.Now() - t0).count();
   prof.syncs = static_cast<uint32_t>(total_syncs);
+  prof.sync_ms = sync_ms.empty() ? 0 : Median(sync_ms);
 
   return lv;
 }

@@ -85,6 +85,7 @@ DeviceProfile Explicit(const DeviceProfile& m, const WorkloadProjection& w, std:
                            w.static_fraction * 100, FormatRate(w.kv_rate_per_gpu));
   out.sample_s = m.sample_s;
   out.syncs = m.syncs;
+  out.sync_ms = m.sync_ms;
   out.device_state_bytes = m.device_state_bytes * w.gpus;
   const double total = static_cast<double>(w.bytes_per_gpu) * w.gpus;
   const RegionProfile* like = LargestRegion(m);

@@ -67,6 +67,10 @@ struct DeviceProfile {
   uint64_t device_state_bytes = 0;
   double sample_s = 0;
   uint32_t syncs = 0;
+  // How long one dirty-log sync of every region took (the median of the dry
+  // run's): the switchover's final sync costs as much. A hash tracker reads
+  // and hashes the whole device; a bitmap or PAGEMAP_SCAN costs far less.
+  double sync_ms = 0;
   // How fast the source reads and SHA-256-hashes pages it offers by digest
   // (MeasureOfferRate; 0 when no region is held): round 0 spends
   // held bytes / this on them, beside sending the rest.
@@ -126,6 +130,10 @@ struct PathTiming {
   double round_overhead_s = 0;         // added to every round after round 0
   double fixed_ms[3] = {0, 0, 0};
   double final_bytes_per_s[3] = {0, 0, 0};
+  // What this device's dirty-log sync costs beyond the calibration device's
+  // (DeviceProfile::sync_ms - PathCalibration::final_sync_ms, at least minus the
+  // fixed cost): in the stun's final sync and at the start of every later round.
+  double sync_extra_ms = 0;
   bool calibrated() const { return final_bytes_per_s[1] > 0; }
 };
 

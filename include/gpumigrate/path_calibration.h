@@ -50,6 +50,7 @@ struct PathRun {
   std::vector<std::pair<double, double>> dirty_rounds;  // (bytes, ms) of rounds after round 0
   double final_bytes = 0;
   double stun_ms = 0;
+  double final_sync_ms = 0;  // of the stun: the last dirty-log sync (stun_breakdown_ms.final_sync)
   bool small_final = false;  // the kind whose final round is nearly empty
 };
 
@@ -64,6 +65,10 @@ struct PathCalibration {
   // stun = fixed + final / final rate; low, mid and high.
   double fixed_ms = 0, fixed_low_ms = 0, fixed_high_ms = 0;
   double final_bytes_per_s = 0, final_low_bytes_per_s = 0, final_high_bytes_per_s = 0;
+  // Of the fixed cost: the calibration device's last dirty-log sync (median).
+  // A device whose tracker syncs slower (a hash tracker reads the whole device)
+  // pays the difference in its stun.
+  double final_sync_ms = 0;
   int runs = 0;
   std::string measured_at;  // UTC, ISO 8601
   std::string method;

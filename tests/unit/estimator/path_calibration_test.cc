@@ -130,9 +130,11 @@ TEST(PathCalibrationReport, ReadsRoundsFinalAndStun) {
   const std::string report = R"({"outcome":"completed","stun_ms":31.5,"rounds":[
     {"round":0,"final":false,"bytes":1000,"raw_bytes":1500,"ms":2.0},
     {"round":1,"final":false,"bytes":100,"ms":0.5},
-    {"round":2,"final":true,"bytes":40,"ms":0.1}]})";
+    {"round":2,"final":true,"bytes":40,"ms":0.1}],
+    "stun_breakdown_ms":{"stop_device":0.1,"final_sync":0.7}})";
   auto r = PathRunFromReport(report, false);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_DOUBLE_EQ(r->final_sync_ms, 0.7);
   EXPECT_DOUBLE_EQ(r->round0_bytes, 1000);
   EXPECT_DOUBLE_EQ(r->round0_raw_bytes, 1500);
   ASSERT_EQ(r->dirty_rounds.size(), 1u);
@@ -279,6 +281,38 @@ ModelParams Params(double bw) {
 // 1 GB of weights and a KV cache appending 100 MB/s at 1 GB/s: round 0 takes 1 s
 // and dirties 100 MB. With the path's figures the stun is 20 ms + 100 MB at
 // 250 MB/s = 420 ms, not the engine's 100 MB / 1 GB/s + 20 ms = 120 ms.
+// A shm device's hash tracker reads the whole device at every sync: 80 ms where
+// the calibration's sim synced in 0.1 ms. The stun's final sync and every round
+// after round 0 take the difference longer; the engine's rule (its fixed cost
+// as `migrate` loads it) decides as before.
+TEST(PathTimingModel, ASlowerDirtySyncThanTheCalibrationDevicesLengthensTheStunAndLaterRounds) {
+  DeviceProfile p;
+  p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {1e6, 100e6}));
+  ModelParams params = Params(1e9);
+  params.path.fixed_ms[1] = 20;
+  params.path.final_bytes_per_s[1] = 250e6;
+  params.path.round_overhead_s = 0.004;
+  params.downtime_target = 100ms;  // round 0's 100 MB (400 ms at the final rate) needs more rounds
+  ModelRun base = RunModel(p, params, B::kMid, 1e9);
+  params.path.sync_extra_ms = 80;
+  ModelRun slow = RunModel(p, params, B::kMid, 1e9);
+  ASSERT_GE(base.rounds.size(), 2u);
+  EXPECT_NEAR(slow.rounds[1].seconds, base.rounds[1].seconds + 0.080, 1e-9);
+  EXPECT_GT(slow.final_bytes, base.final_bytes) << "longer rounds dirty more";
+  EXPECT_NEAR(slow.stun_ms, 20 + 80 + slow.final_bytes / 250e6 * 1e3, 1e-6);
+}
+
+TEST(PathCalibrationFit, KeepsTheCalibrationDevicesFinalSync) {
+  std::vector<PathRun> runs{MakeRun(true), MakeRun(false), MakeRun(true), MakeRun(false)};
+  runs[0].final_sync_ms = 0.2;
+  runs[1].final_sync_ms = 0.4;
+  runs[2].final_sync_ms = 0.3;
+  runs[3].final_sync_ms = 9;  // one slow
+  auto c = FitPathCalibration(PathConfig{}, runs);
+  ASSERT_TRUE(c.ok());
+  EXPECT_DOUBLE_EQ(c->final_sync_ms, 0.35);
+}
+
 TEST(PathTimingModel, TheStunIsFixedPlusTheFinalRoundAtItsOwnRate) {
   DeviceProfile p;
   p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {1e6, 100e6}));

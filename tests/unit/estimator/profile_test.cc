@@ -79,6 +79,20 @@ TEST(ProfileDevice, LongWindowsArePlacedAtSeveralOffsetsAndSeeAPause) {
   EXPECT_DOUBLE_EQ(c.mid_bytes[2], 0);
 }
 
+// What one sync of every region costs: the switchover's final sync costs as much.
+TEST(ProfileDevice, TimesTheDirtySyncs) {
+  FakeDevice dev({RegionInfo{0, "a", 16 * 4096, 4096, RegionHint::kDynamic}}, DeviceState::kRunning);
+  FakeClock clock;
+  dev.on_sync = [&](int i) { clock.Advance(std::chrono::microseconds(i % 2 == 0 ? 3000 : 5000)); };
+  SampleOptions opt;
+  opt.sample = 100ms;
+  opt.interval = 10ms;
+  opt.pages_sampled_per_region = 16;
+  auto prof = ProfileDevice(dev, opt, clock);
+  ASSERT_TRUE(prof.ok()) << prof.status().ToString();
+  EXPECT_DOUBLE_EQ(prof->sync_ms, 4.0);
+}
+
 TEST(ProfileDevice, RefusesADeviceThatIsNotRunningAndABadWindow) {
   FakeDevice stopped({RegionInfo{0, "a", 4096, 4096, RegionHint::kStatic}}, DeviceState::kStop);
   FakeClock clock;
