@@ -319,8 +319,9 @@ void PrintBeside(FILE* out, const EstimateReport& r) {
                "device's round ends\n",
           m.stopped_before_switchover_ms);
   } else {
-    Print(out, "              the engine's rule says go first; then {:.0f} ms until the guest pauses (running)\n",
-          m.converge_ms);
+    Print(out, "              the engine's rule says go first; then {:.0f} ms until the guest pauses (running), the "
+               "switchover held for about {} more round{}\n",
+          m.converge_ms, m.held_rounds, m.held_rounds == 1 ? "" : "s");
   }
   Print(out, "              {} of it sent, {} during the stun; the device's final round alone: {:.1f} ms\n",
         FormatBytes(m.beside_bytes), FormatBytes(m.beside_final_bytes), m.device_stun_ms);

@@ -98,7 +98,8 @@ nlohmann::ordered_json QemuEstimateJson(const QemuEstimate& q, const EstimateRep
           {"ram_final_bytes", std::llround(m.beside_final_bytes)},
           {"paused_first", m.beside_paused_first},
           {"stopped_before_switchover_ms", m.stopped_before_switchover_ms},
-          {"converge_ms", m.converge_ms}};
+          {"converge_ms", m.converge_ms},
+          {"held_rounds", m.held_rounds}};
 }
 
 int RunQemuEstimate(const EstimateFlags& f) {

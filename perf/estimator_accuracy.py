@@ -216,8 +216,9 @@ class Bench:
             shutil.rmtree(rundir, ignore_errors=True)
         est["predicted_stun_ms"] = est["qemu"]["guest_stun_ms"]
         rep = {"stun_ms": fig["stun_ms"], "outcome": "completed", "total_ms": fig["engine_total_ms"],
-               "rounds": [{"final": False, "bytes": 0, "ms": 1}] * max(0, fig["rounds"] - 1) +
+               "rounds": [{"final": False, "bytes": 0, "ms": ms} for ms in fig["round_ms"]] +
                          [{"final": True, "bytes": fig["final_round_bytes"], "ms": 1}],
+               "converge_wait_ms": fig.get("converge_wait_ms"),
                "round0_bytes_per_s": fig["engine_bytes_per_s"], "stun_breakdown_ms": fig.get("stun_breakdown_ms"),
                "accel": pair.accel, "qemu_downtime_ms": fig.get("qemu_downtime_ms")}
         return est, rep
@@ -264,7 +265,10 @@ class Bench:
             "stun_error": None if not pred or not meas else round(pred / meas - 1, 4),
             "range_held": None if lo is None or hi is None else lo <= meas <= hi,
             "marginal": est.get("marginal", False),
-            "predicted_rounds": len(est["predicted_rounds"]),
+            # the engine's rounds: those before its rule said go, and for a QEMU VM the
+            # rounds it runs while the switchover is held for QEMU's pause
+            "predicted_rounds": len(est["predicted_rounds"]) +
+                                ((est.get("beside") or {}).get("predicted") or {}).get("held_rounds", 0),
             "measured_rounds": measured_rounds,
             "predicted_round0_bytes_per_s": round(est["bandwidth_bytes_per_s"]["mid"]),
             "measured_round0_bytes_per_s": rep.get("round0_bytes_per_s") or
@@ -275,14 +279,15 @@ class Bench:
             "measured_final_bytes": sum(r["bytes"] for r in rep["rounds"] if r.get("final")),
             "measured_stun_breakdown_ms": rep.get("stun_breakdown_ms"),
             "predicted_round_ms": [round(r["ms"], 1) for r in est["predicted_rounds"]],
-            "measured_round_ms": None if device.startswith("qemu:") else
-                                 [r["ms"] for r in rep["rounds"] if not r.get("final")],
+            "measured_round_ms": [round(r["ms"], 1) for r in rep["rounds"] if not r.get("final")],
             "path": est.get("path_calibration", {}).get("key"),
             "host_spread": est.get("path_calibration", {}).get("spread"),
             "dry_run_sync_ms": est.get("dirty_sync_ms"),
             "sync_extra_ms": est.get("path_calibration", {}).get("sync_extra_ms"),
         }
         if device.startswith("qemu:"):
+            out["predicted_converge_ms"] = ((est.get("beside") or {}).get("predicted") or {}).get("converge_ms")
+            out["measured_converge_ms"] = rep.get("converge_wait_ms")
             out["measured_stun"] = "guest-visible (the hook's stun_ms: the source's STOP to the destination running)"
             out["accel"] = rep["accel"]
             out["qemu_downtime_ms"] = rep["qemu_downtime_ms"]

@@ -157,6 +157,7 @@ def run_hook(pair, args, gm):
             "engine_total_ms": r1(src["total_ms"]), "qemu_total_ms": r1(q.get("qemu_total_ms")),
             "bytes": src["bytes_sent"] + q.get("ram_transferred_bytes", 0), "engine_bytes": src["bytes_sent"],
             "qemu_ram_bytes": q.get("ram_transferred_bytes", 0), "rounds": len(src["rounds"]),
+            "round_ms": [r["ms"] for r in src["rounds"] if not r["final"]],
             "final_round_bytes": final_bytes, "engine_bytes_per_s": round(bw),
             "final_round_bytes_per_s": round(final_bytes / (sum(r["ms"] for r in final) / 1e3))
             if final and sum(r["ms"] for r in final) > 0 else None,

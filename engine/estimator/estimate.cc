@@ -332,6 +332,7 @@ nlohmann::ordered_json BesideJson(const ModelRun& m) {
           {"paused_first", m.beside_paused_first},
           {"stopped_before_switchover_ms", m.stopped_before_switchover_ms},
           {"converge_ms", m.converge_ms},
+          {"held_rounds", m.held_rounds},
           {"policy_reason", m.policy_reason}};
 }
 

@@ -55,6 +55,10 @@ double Round0OfferSeconds(const DeviceProfile& p) {
   return held / p.offer_bytes_per_s;
 }
 
+// The QEMU hook's hold step (qemu-plugin/qemu_source.cc, MaySwitch): how long
+// it waits for QEMU's pause before the engine runs another held round.
+constexpr double kHoldStepS = 0.1;
+
 struct Forced {
   int skip_switches = 0;
   int switch_at = -1;
@@ -172,6 +176,13 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
       converge_s += lag_s;
     }
     run.converge_ms = converge_s * 1e3;
+    // The held rounds: each waits for the hold step, then sends what the device
+    // dirtied since the last one, at its share of the link.
+    for (double held_s = 0, last_s = secs; held_s < converge_s && run.held_rounds < 10000; ++run.held_rounds) {
+      const double t = kHoldStepS + DirtyWireBytes(p, last_s, w) / (bw * (1 - share)) + params.path.sync_extra_ms / 1e3;
+      held_s += t;
+      last_s = t;
+    }
     run.beside_bytes = sent + bw * converge_s + run.beside_final_bytes;
     // The switchover is held meanwhile, the device running further rounds: its
     // final round carries about one round's dirtying (at least the 100 ms hold step).
@@ -244,6 +255,20 @@ ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, Workin
   }
 }
 
+// How far the engine's predicted stun at a decision may stray from the model's:
+// it is the dirty set over the rate, and a round at a rate r times the model's
+// lasts 1/r as long, so for a steady writer dirties 1/r as much: the decision
+// stun scales as 1/r^2. r spans the bandwidth range (the calibration's runs,
+// widened by the host's spread); at least within 20% of the target.
+std::pair<double, double> DecisionSpread(const ModelParams& params) {
+  double up = 1.25, down = 1 / 1.2;  // within 20% of the target either side
+  if (params.bandwidth_mid > 0 && params.bandwidth_low > 0 && params.bandwidth_high > 0) {
+    up = std::max(up, std::pow(params.bandwidth_mid / params.bandwidth_low, 2));
+    down = std::min(down, std::pow(params.bandwidth_mid / params.bandwidth_high, 2));
+  }
+  return {up, down};
+}
+
 }  // namespace
 
 Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
@@ -263,9 +288,10 @@ Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
   if (params.beside.bytes <= 0 && pr.mid.switches && pr.mid.stop_reason == StopReason::kConverged && !ds.empty()) {
     std::optional<ModelRun> alt;
     const size_t n = ds.size();
-    if (ds[n - 1] >= 0.8 * target_ms) {
+    const auto [up, down] = DecisionSpread(params);
+    if (ds[n - 1] * up >= target_ms) {
       alt = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, Forced{1, -1});  // a round more
-    } else if (n >= 2 && ds[n - 2] <= 1.2 * target_ms) {
+    } else if (n >= 2 && ds[n - 2] * down <= target_ms) {
       alt = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, Forced{0, static_cast<int>(n - 2)});
     }
     if (alt) {

@@ -175,6 +175,10 @@ struct ModelRun {
   double beside_bytes = 0;             // everything the mover sends: first pass, re-sends, remainder
   double beside_final_bytes = 0;       // its remainder, sent during the stun
   double converge_ms = 0;              // engine said go -> the mover paused the guest (guest running)
+  // The rounds the engine runs meanwhile, the switchover held (the QEMU hook
+  // waits up to its 100 ms hold step for QEMU's pause, then a round sends what
+  // was dirtied): the engine's rounds too, beyond `rounds`.
+  uint32_t held_rounds = 0;
   // Device only: the stun the engine's rule predicted at each of its decisions
   // (the last one said stop); near the target they decide on timing noise.
   std::vector<double> decision_stun_ms;

@@ -94,6 +94,7 @@ TEST(BesideModel, RamBytesAreCountedInTheTotal) {
   EXPECT_TRUE(m.switches);
   EXPECT_FALSE(m.beside_paused_first);
   EXPECT_NEAR(m.converge_ms, 3800, 1e-6);
+  EXPECT_EQ(m.held_rounds, 38u) << "a clean device: each held round is the hook's 100 ms wait";
   EXPECT_NEAR(m.beside_final_bytes, 0.2e9, 1);
   EXPECT_NEAR(m.beside_bytes, 4e9, 1);
   EXPECT_NEAR(m.stun_ms, 202, 1e-6);
@@ -118,6 +119,7 @@ TEST(BesideModel, QemuPausingFirstCutsTheRoundAndStunsForItsRest) {
   EXPECT_DOUBLE_EQ(clean.rounds[1].seconds, 1.0);
   EXPECT_NEAR(clean.rounds[1].bytes, 0.5e9, 1);
   EXPECT_TRUE(clean.beside_paused_first);
+  EXPECT_EQ(clean.held_rounds, 0u) << "QEMU paused first: nothing held";
   EXPECT_TRUE(clean.switches);
   EXPECT_NEAR(clean.final_bytes, 1e9, 1e3);
   EXPECT_NEAR(clean.stun_ms, 1002, 1e-3);
@@ -165,6 +167,11 @@ TEST(BesideModel, ADirtierRamLengthensTheConvergenceWhileTheHoldKeepsTheStun) {
 
   ModelRun dirty = RunModel(p, Params(4e9, 0.5e9), B::kMid, 1e9);
   EXPECT_NEAR(dirty.converge_ms, 7500, 1e-6);
+  // Held rounds of 100 ms plus the device's dirtying at half the link: 0.5 s,
+  // 0.3 s, 0.22 s, ... towards 1/6 s (t = 0.1 + 200 MB/s x t / 0.5 GB/s).
+  EXPECT_GT(clean.held_rounds, 15u);
+  EXPECT_LT(clean.held_rounds, 25u);
+  EXPECT_GT(dirty.held_rounds, clean.held_rounds + 15);
   EXPECT_NEAR(dirty.stun_ms, 452, 1e-3);
   EXPECT_NEAR(dirty.total_ms - clean.total_ms, 3750, 1e-3);
 }
