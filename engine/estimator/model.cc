@@ -286,21 +286,26 @@ Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
   const double target_ms = std::chrono::duration<double, std::milli>(params.downtime_target).count();
   const auto& ds = pr.mid.decision_stun_ms;
   if (params.beside.bytes <= 0 && pr.mid.switches && pr.mid.stop_reason == StopReason::kConverged && !ds.empty()) {
-    std::optional<ModelRun> alt;
+    std::optional<Forced> force;
     const size_t n = ds.size();
     const auto [up, down] = DecisionSpread(params);
     if (ds[n - 1] * up >= target_ms) {
-      alt = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, Forced{1, -1});  // a round more
+      force = Forced{1, -1};  // a round more
     } else if (n >= 2 && ds[n - 2] * down <= target_ms) {
-      alt = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, Forced{0, static_cast<int>(n - 2)});
+      force = Forced{0, static_cast<int>(n - 2)};  // a round fewer
     }
-    if (alt) {
+    if (force) {
       pr.marginal = true;
-      pr.stun_low_ms = std::min(pr.stun_low_ms, alt->stun_ms);
-      pr.stun_high_ms = std::max(pr.stun_high_ms, alt->stun_ms);
-      pr.total_low_ms = std::min(pr.total_low_ms, alt->total_ms);
-      pr.total_high_ms = std::max(pr.total_high_ms, alt->total_ms);
-      pr.alternative = std::move(alt);
+      pr.alternative = RunDeviceOnly(p, params, B::kMid, params.bandwidth_mid, 1, *force);
+      // The other outcome has its own spread: the range holds its optimistic
+      // and pessimistic runs as it holds the likely outcome's.
+      for (const ModelRun& alt : {*pr.alternative, RunDeviceOnly(p, params, B::kLow, params.bandwidth_high, 0, *force),
+                                  RunDeviceOnly(p, params, B::kHigh, params.bandwidth_low, 2, *force)}) {
+        pr.stun_low_ms = std::min(pr.stun_low_ms, alt.stun_ms);
+        pr.stun_high_ms = std::max(pr.stun_high_ms, alt.stun_ms);
+        pr.total_low_ms = std::min(pr.total_low_ms, alt.total_ms);
+        pr.total_high_ms = std::max(pr.total_high_ms, alt.total_ms);
+      }
     }
   }
   const double max_ms = std::chrono::duration<double, std::milli>(params.max_stun).count();
