@@ -308,6 +308,23 @@ Prediction Predict(const DeviceProfile& p, const ModelParams& params) {
       }
     }
   }
+  // The optimistic and pessimistic runs may decide otherwise than the likely
+  // one (a slower rate dirties more and runs a round more, ending with a
+  // smaller final round): the likely outcome's own final round, and the other
+  // outcome's, at the path's fastest and slowest final rate belong in the range too.
+  const PathTiming& path = params.path;
+  if (params.beside.bytes <= 0 && path.calibrated()) {
+    for (const ModelRun* run : {&pr.mid, pr.alternative ? &*pr.alternative : nullptr}) {
+      if (run == nullptr || !run->switches) continue;
+      for (int which : {0, 2}) {
+        if (path.final_bytes_per_s[which] <= 0) continue;
+        const double stun =
+            path.fixed_ms[which] + path.sync_extra_ms + run->final_bytes / path.final_bytes_per_s[which] * 1e3;
+        pr.stun_low_ms = std::min(pr.stun_low_ms, stun);
+        pr.stun_high_ms = std::max(pr.stun_high_ms, stun);
+      }
+    }
+  }
   const double max_ms = std::chrono::duration<double, std::milli>(params.max_stun).count();
   if (pr.mid.switches && pr.mid.stun_ms <= max_ms) {
     pr.decision = EstimateDecision::kLiveMigrate;

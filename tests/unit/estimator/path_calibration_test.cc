@@ -313,6 +313,29 @@ TEST(PathCalibrationFit, KeepsTheCalibrationDevicesFinalSync) {
   EXPECT_DOUBLE_EQ(c->final_sync_ms, 0.35);
 }
 
+// 1 GB at 1 GB/s dirtying 100 MB in round 0 (a 300 ms target): the likely run
+// switches after round 0 with 100 MB to send. The pessimistic run (a 0.5 GB/s
+// link) dirties 200 MB in its 2 s round 0 and runs a round more, ending with a
+// small final round: it is not the high end of the stun. The likely outcome's
+// 100 MB at the path's slowest final rate is.
+TEST(PathTimingModel, TheRangeHoldsTheLikelyFinalRoundAtTheSlowestAndFastestFinalRate) {
+  DeviceProfile p;
+  p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {1e6, 100e6}));
+  ModelParams params = Params(1e9);
+  params.bandwidth_low = 0.5e9;
+  params.fixed_cost = 2ms;
+  params.path.fixed_ms[0] = params.path.fixed_ms[1] = params.path.fixed_ms[2] = 2;
+  params.path.final_bytes_per_s[0] = 1e9;
+  params.path.final_bytes_per_s[1] = 0.8e9;
+  params.path.final_bytes_per_s[2] = 0.6e9;
+  Prediction pr = Predict(p, params);
+  ASSERT_EQ(pr.mid.rounds.size(), 1u);
+  EXPECT_GT(pr.high.rounds.size(), 1u) << "the slow link's run decides otherwise";
+  EXPECT_LT(pr.high.stun_ms, pr.mid.stun_ms);
+  EXPECT_NEAR(pr.mid.stun_ms, 2 + 100e6 / 0.8e9 * 1e3, 1e-6);
+  EXPECT_NEAR(pr.stun_high_ms, 2 + 100e6 / 0.6e9 * 1e3, 1e-6);
+}
+
 TEST(PathTimingModel, TheStunIsFixedPlusTheFinalRoundAtItsOwnRate) {
   DeviceProfile p;
   p.regions.push_back(Region(0, 1000e6, {0.01, 1}, {1e6, 100e6}));
