@@ -30,12 +30,7 @@ CLI::App* AddEstimateCommand(CLI::App& app, EstimateFlags& f) {
   c->add_option("--sample", f.sample, "How long to observe the workload")->capture_default_str();
   c->add_option("--interval", f.interval, "Dirty-log sync interval while observing (the shortest window of W(t))")
       ->capture_default_str();
-  c->add_option("--downtime-target", f.downtime_target, "Switch over once the predicted stun is within this")
-      ->capture_default_str();
-  c->add_option("--max-stun", f.max_stun, "Longest acceptable stun; above it, drain-and-replace is recommended")
-      ->capture_default_str();
-  c->add_option("--max-rounds", f.max_rounds, "Most pre-copy rounds the engine runs")->check(CLI::Range(1, 10000))
-      ->capture_default_str();
+  AddLimitFlags(c, f.limits);
   c->add_option("--project", f.project,
                 "Apply the measured per-region behaviour to a device of this size, e.g. 8x80GB or 640GB (use with "
                 "--link); every assumption is printed");
@@ -212,9 +207,10 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
   if (o.sample.interval.count() <= 0 || o.sample.sample < o.sample.interval) {
     return InvalidArgument("--sample must be at least one --interval long");
   }
-  GM_ASSIGN_OR_RETURN(o.downtime_target, ParseDuration(f.downtime_target));
-  GM_ASSIGN_OR_RETURN(o.max_stun, ParseDuration(f.max_stun));
-  o.max_rounds = f.max_rounds;
+  GM_ASSIGN_OR_RETURN(SwitchoverLimits limits, ParseLimitFlags(f.limits));
+  o.downtime_target = limits.downtime_target;
+  o.max_stun = limits.max_stun;
+  o.max_rounds = limits.max_rounds;
   if (!f.link.empty()) {
     GM_ASSIGN_OR_RETURN(o.link_bytes_per_s, ParseRateBytesPerS(f.link));
     o.link_text = f.link;
@@ -240,9 +236,7 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
 Result<EstimateOptions> ProbeEstimateOptions(const SourceFlags& src, const std::string& sample) {
   EstimateFlags ef;
   ef.sample = sample;
-  ef.downtime_target = src.downtime_target;
-  ef.max_stun = src.max_stun;
-  ef.max_rounds = src.max_rounds;
+  ef.limits = src.limits;
   ef.link = src.bandwidth;
   ef.codec = src.codec;
   return MakeEstimateOptions(ef);

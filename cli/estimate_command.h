@@ -18,9 +18,7 @@ struct EstimateFlags {
   std::string link;
   std::string sample = "2s";
   std::string interval = "10ms";
-  std::string downtime_target = "300ms";
-  std::string max_stun = "100s";
-  uint32_t max_rounds = 30;
+  LimitFlags limits;
   std::string project;  // "640GB" or "8x80GB"
   std::string project_dirty = "scale";
   bool project_per_gpu = false;     // the measured device is one GPU

@@ -8,6 +8,8 @@
 
 #include "gpumigrate/session.h"
 #include "gpumigrate/status.h"
+#include "gpumigrate/switchover.h"
+#include "gpumigrate/units.h"
 
 namespace gpumigrate::cli {
 
@@ -17,12 +19,21 @@ inline uint32_t DefaultStreams() {
   return n < 2 ? 2 : (n > 8 ? 8 : n);
 }
 
+// What the operator allows, as `migrate`, `demo`, `checkpoint` and `estimate`
+// take it: one set of flags, its defaults those of the engine (switchover.h).
+struct LimitFlags {
+  std::string downtime_target = FormatDuration(kDefaultDowntimeTarget);
+  std::string max_stun = FormatDuration(kDefaultMaxStun);
+  uint32_t max_rounds = kDefaultMaxRounds;
+};
+void AddLimitFlags(CLI::App* c, LimitFlags& f);
+// The parsed limits (downtime target, max stun, max rounds), or what is wrong with a flag.
+Result<SwitchoverLimits> ParseLimitFlags(const LimitFlags& f);
+
 struct SourceFlags {
   uint32_t streams = DefaultStreams();
-  std::string downtime_target = "300ms";
-  std::string max_stun = "100s";
+  LimitFlags limits;
   std::string max_total;  // empty: no budget
-  uint32_t max_rounds = 30;
   std::string bandwidth;  // empty: unlimited
   std::string codec = "none";
   std::string verify = "digest";

@@ -176,4 +176,12 @@ std::string FormatRate(double bytes_per_s) {
   return fmt::format("{:.2f} {}", bytes_per_s, kUnits[i]);
 }
 
+std::string FormatDuration(std::chrono::nanoseconds d) {
+  const int64_t ns = d.count();
+  if (ns % 1'000'000'000 == 0) return fmt::format("{}s", ns / 1'000'000'000);
+  if (ns % 1'000'000 == 0) return fmt::format("{}ms", ns / 1'000'000);
+  if (ns % 1'000 == 0) return fmt::format("{}us", ns / 1'000);
+  return fmt::format("{}ns", ns);
+}
+
 }  // namespace gpumigrate

@@ -143,9 +143,9 @@ struct ModelParams {
   // `migrate` loads it); with a PathTiming the predicted stun uses its figures.
   std::chrono::nanoseconds fixed_cost{0};
   PathTiming path;
-  std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
-  std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
-  uint32_t max_rounds = 30;
+  std::chrono::nanoseconds downtime_target = kDefaultDowntimeTarget;
+  std::chrono::nanoseconds max_stun = kDefaultMaxStun;
+  uint32_t max_rounds = kDefaultMaxRounds;
   BesideMemory beside;
   SwitchoverLimits Limits() const { return {downtime_target, max_stun, fixed_cost, max_rounds, false}; }
 };
@@ -217,9 +217,9 @@ struct EstimateOptions {
   SampleOptions sample;
   double link_bytes_per_s = 0;  // 0: the calibrated in-process pipeline
   std::string link_text;        // as the user wrote it, for the report
-  std::chrono::nanoseconds downtime_target = std::chrono::milliseconds(300);
-  std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
-  uint32_t max_rounds = 30;
+  std::chrono::nanoseconds downtime_target = kDefaultDowntimeTarget;
+  std::chrono::nanoseconds max_stun = kDefaultMaxStun;
+  uint32_t max_rounds = kDefaultMaxRounds;
   CodecChoice codec;            // what the migration will use
   bool project = false;         // model `workload` instead of the measured device
   WorkloadProjection workload;

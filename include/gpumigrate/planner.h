@@ -92,7 +92,7 @@ struct Vm {
 };
 
 struct Policy {
-  std::chrono::nanoseconds max_stun = std::chrono::seconds(100);
+  std::chrono::nanoseconds max_stun = kDefaultMaxStun;
   bool allow_power_off = false;
   std::chrono::nanoseconds drain = std::chrono::seconds(30);  // groups without their own "drain"
   // Each live migration's time budget under `evacuate` (its --max-total): the

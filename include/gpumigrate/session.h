@@ -114,12 +114,14 @@ struct Reconnected {
 using Reconnect = std::function<Result<Reconnected>(std::chrono::nanoseconds window)>;
 
 struct SourceOptions {
-  std::chrono::nanoseconds downtime_target = 300ms;  // switch over when the predicted stun is within this
-  std::chrono::nanoseconds max_stun = 100s;          // when not converging: switch if within this, else abort
+  // Switch over when the predicted stun is within downtime_target; when not
+  // converging, switch if within max_stun, else abort.
+  std::chrono::nanoseconds downtime_target = kDefaultDowntimeTarget;
+  std::chrono::nanoseconds max_stun = kDefaultMaxStun;
   // The whole migration's time budget (0: none): aborted within a round once
   // even the best case at the link's measured rate would end after it.
   std::chrono::nanoseconds max_total{0};
-  uint32_t max_rounds = 30;
+  uint32_t max_rounds = kDefaultMaxRounds;
   std::chrono::nanoseconds switchover_fixed_cost = 2ms;  // round trips and device stop/resume, assumed
   double bandwidth_limit_bytes_per_s = 0;            // 0: unlimited
   // Set: the cap follows what this holds (bytes/s, 0: unlimited), read before

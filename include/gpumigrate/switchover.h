@@ -42,12 +42,19 @@
 
 namespace gpumigrate {
 
+// The defaults of what the operator allows: the one place the engine
+// (SourceOptions), the estimator (ModelParams, EstimateOptions), the planner
+// (planner::Policy) and the CLI's flags take them from.
+inline constexpr std::chrono::milliseconds kDefaultDowntimeTarget{300};
+inline constexpr std::chrono::seconds kDefaultMaxStun{100};
+inline constexpr uint32_t kDefaultMaxRounds = 30;
+
 // What the operator allows: the same for the engine, the estimator and the planner.
 struct SwitchoverLimits {
   std::chrono::nanoseconds downtime_target{0};
   std::chrono::nanoseconds max_stun{0};
   std::chrono::nanoseconds fixed_cost{0};  // round trips, device stop and resume
-  uint32_t max_rounds = 30;
+  uint32_t max_rounds = kDefaultMaxRounds;
   // When rounds stop shrinking and the stun would exceed max_stun: switch over
   // anyway (the user accepts the longer stun) instead of aborting.
   bool switch_when_not_converging = false;

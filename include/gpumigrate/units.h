@@ -20,6 +20,8 @@ namespace gpumigrate {
 Result<uint64_t> ParseSize(std::string_view text);
 Result<double> ParseRateBytesPerS(std::string_view text);
 Result<std::chrono::nanoseconds> ParseDuration(std::string_view text);
+// The shortest exact spelling ParseDuration reads back: "300ms", "100s", "250us".
+std::string FormatDuration(std::chrono::nanoseconds d);
 
 // Bare numbers for keys, ports and flags: the whole text must be the number
 // (std::from_chars; no exceptions, no locale). Errors read

@@ -68,6 +68,22 @@ TEST(Units, Durations) {
   EXPECT_FALSE(ParseDuration("3 fortnights").ok());
 }
 
+// The CLI's flag defaults are written from the engine's (switchover.h): each
+// spelling reads back as the value it came from.
+TEST(Units, DurationsFormatAsTheyParse) {
+  using namespace std::chrono;
+  EXPECT_EQ(FormatDuration(milliseconds(300)), "300ms");
+  EXPECT_EQ(FormatDuration(seconds(100)), "100s");
+  EXPECT_EQ(FormatDuration(microseconds(250)), "250us");
+  EXPECT_EQ(FormatDuration(milliseconds(1500)), "1500ms");
+  for (nanoseconds d : {nanoseconds(milliseconds(300)), nanoseconds(seconds(100)), nanoseconds(microseconds(250)),
+                        nanoseconds(milliseconds(1500))}) {
+    auto back = ParseDuration(FormatDuration(d));
+    ASSERT_TRUE(back.ok()) << FormatDuration(d);
+    EXPECT_EQ(*back, d);
+  }
+}
+
 TEST(Units, Formatting) {
   EXPECT_EQ(FormatBytes(17), "17 B");
   EXPECT_EQ(FormatBytes(1536), "1.50 KiB");
