@@ -10,55 +10,21 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/calibration_dir.h"
+
 namespace gpumigrate {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
+using testing::ScopedEnv;
 
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-class CalibrationFile : public ::testing::Test {
+class CalibrationFile : public testing::CalibrationDirTest {
  protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "gm_calibration_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    path_ = (dir_ / "calibration.json").string();
-    env_.emplace("GPUMIGRATE_CALIBRATION", path_.c_str());
-  }
-  void TearDown() override {
-    env_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   void Write(const std::string& text) {
     std::ofstream out(path_);
     out << text;
   }
-  fs::path dir_;
-  std::string path_;
-  std::optional<ScopedEnv> env_;
 };
 
 constexpr const char* kGood = R"({

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "gpumigrate/estimator.h"
+#include "tests/support/calibration_dir.h"
 
 namespace gpumigrate {
 namespace {
@@ -146,38 +147,10 @@ TEST(PathCalibrationReport, ReadsRoundsFinalAndStun) {
   EXPECT_FALSE(PathRunFromReport("not json", true).ok());
 }
 
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() { old_ ? (void)setenv(name_, old_->c_str(), 1) : (void)unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
-
-class PathCalibrationStore : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "gm_pathcal_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    env_.emplace("GPUMIGRATE_CALIBRATION", (dir_ / "cal.json").string());
-  }
-  void TearDown() override {
-    env_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-  std::optional<ScopedEnv> env_;
-};
+using PathCalibrationStore = testing::CalibrationDirTest;
 
 TEST_F(PathCalibrationStore, LivesBesideTheCalibrationOneEntryPerConfiguration) {
-  EXPECT_EQ(DefaultPathCalibrationFile(), (dir_ / "cal-paths.json").string());
+  EXPECT_EQ(DefaultPathCalibrationFile(), (dir_ / "calibration-paths.json").string());
   PathConfig tls, capped;
   capped.transport = "insecure";
   capped.cap_bytes_per_s = 300e6;

@@ -16,6 +16,7 @@
 
 #include "gpumigrate/calibration.h"
 #include "gpumigrate/estimator.h"
+#include "tests/support/calibration_dir.h"
 
 namespace gpumigrate {
 namespace {
@@ -99,23 +100,7 @@ TEST(PathSpread, FromTenRecordsOnTheOutermostAreLeftOut) {
   EXPECT_DOUBLE_EQ(s->round0_high, 1.08);
 }
 
-class PathSpreadStore : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = ::testing::TempDir() + "gm_pathspread_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    if (const char* old = std::getenv("GPUMIGRATE_CALIBRATION")) old_ = old;
-    setenv("GPUMIGRATE_CALIBRATION", (dir_ / "cal.json").string().c_str(), 1);
-  }
-  void TearDown() override {
-    old_ ? (void)setenv("GPUMIGRATE_CALIBRATION", old_->c_str(), 1) : (void)unsetenv("GPUMIGRATE_CALIBRATION");
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-  std::optional<std::string> old_;
-};
+using PathSpreadStore = testing::CalibrationDirTest;
 
 TEST_F(PathSpreadStore, RecordsLiveBesideTheEntriesAndKeepTheLast64) {
   auto none = LoadPathObservations();
@@ -160,11 +145,11 @@ TEST_F(PathSpreadStore, ProcessesRecordingAtOnceLoseNothing) {
 }
 
 TEST_F(PathSpreadStore, ADamagedRecordIsNamed) {
-  { std::ofstream(dir_ / "cal-paths.json") << R"({"version": 1, "paths": {}, "observations": [{"key": 3}]})"; }
+  { std::ofstream(dir_ / "calibration-paths.json") << R"({"version": 1, "paths": {}, "observations": [{"key": 3}]})"; }
   auto obs = LoadPathObservations();
   ASSERT_FALSE(obs.ok());
   EXPECT_NE(obs.status().message().find("observation 0"), std::string::npos) << obs.status().message();
-  EXPECT_NE(obs.status().message().find("cal-paths.json"), std::string::npos) << obs.status().message();
+  EXPECT_NE(obs.status().message().find("calibration-paths.json"), std::string::npos) << obs.status().message();
 }
 
 // 1 GB of weights and a 300 MB KV region appending 50 MB/s.

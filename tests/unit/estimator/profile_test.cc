@@ -11,6 +11,15 @@ namespace {
 using namespace std::chrono_literals;
 using testing::FakeDevice;
 
+// A dry run of `sample` syncing every 10 ms, `pages` sampled per region.
+SampleOptions SyncEvery10ms(std::chrono::nanoseconds sample, uint32_t pages) {
+  SampleOptions opt;
+  opt.sample = sample;
+  opt.interval = 10ms;
+  opt.pages_sampled_per_region = pages;
+  return opt;
+}
+
 TEST(ProfileDevice, MeasuresTheWorkingSetCurveExactly) {
   FakeDevice dev({RegionInfo{0, "static", 64 * 4096, 4096, RegionHint::kStatic},
                   RegionInfo{1, "dynamic", 64 * 4096, 4096, RegionHint::kDynamic}},
@@ -22,11 +31,7 @@ TEST(ProfileDevice, MeasuresTheWorkingSetCurveExactly) {
     dev.Touch(1, 8 + static_cast<uint64_t>(i), 9);
   };
   FakeClock clock;
-  SampleOptions opt;
-  opt.sample = 160ms;
-  opt.interval = 10ms;
-  opt.pages_sampled_per_region = 64;
-  auto prof = ProfileDevice(dev, opt, clock);
+  auto prof = ProfileDevice(dev, SyncEvery10ms(160ms, 64), clock);
   ASSERT_TRUE(prof.ok()) << prof.status().ToString();
   EXPECT_EQ(prof->syncs, 16u);
   EXPECT_DOUBLE_EQ(prof->sample_s, 0.16);
@@ -61,11 +66,7 @@ TEST(ProfileDevice, LongWindowsArePlacedAtSeveralOffsetsAndSeeAPause) {
     }
   };
   FakeClock clock;
-  SampleOptions opt;
-  opt.sample = 320ms;
-  opt.interval = 10ms;
-  opt.pages_sampled_per_region = 16;
-  auto prof = ProfileDevice(dev, opt, clock);
+  auto prof = ProfileDevice(dev, SyncEvery10ms(320ms, 16), clock);
   ASSERT_TRUE(prof.ok()) << prof.status().ToString();
   const WorkingSetCurve& c = prof->regions[0].dirty;
   ASSERT_EQ(c.window_s.size(), 6u);  // 1 to 32 syncs
@@ -84,11 +85,7 @@ TEST(ProfileDevice, TimesTheDirtySyncs) {
   FakeDevice dev({RegionInfo{0, "a", 16 * 4096, 4096, RegionHint::kDynamic}}, DeviceState::kRunning);
   FakeClock clock;
   dev.on_sync = [&](int i) { clock.Advance(std::chrono::microseconds(i % 2 == 0 ? 3000 : 5000)); };
-  SampleOptions opt;
-  opt.sample = 100ms;
-  opt.interval = 10ms;
-  opt.pages_sampled_per_region = 16;
-  auto prof = ProfileDevice(dev, opt, clock);
+  auto prof = ProfileDevice(dev, SyncEvery10ms(100ms, 16), clock);
   ASSERT_TRUE(prof.ok()) << prof.status().ToString();
   EXPECT_DOUBLE_EQ(prof->sync_ms, 4.0);
 }
