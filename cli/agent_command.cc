@@ -13,28 +13,19 @@
 
 #include <fmt/format.h>
 
-#include "cli/agent_client.h"
 #include "cli/agent_log.h"
 #include "cli/plan_command.h"
 #include "cli/print.h"
 #include "gpumigrate/agent.h"
 #include "gpumigrate/metrics_server.h"
 #include "gpumigrate/units.h"
+#include "engine/agent/client.h"
 #include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
 
 namespace gpumigrate::cli {
 namespace {
 
-std::string Absolute(const std::string& p) { return std::filesystem::absolute(p).string(); }
-
-TlsConfig MakeConfig(const AgentTls& t) {
-  TlsConfig c;
-  c.ca_file = Absolute(t.ca);
-  c.cert_file = Absolute(t.cert);
-  c.key_file = Absolute(t.key);
-  return c;
-}
 
 std::string PeerOf(int fd) {
   sockaddr_storage ss{};
@@ -178,7 +169,7 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   if (!at.ok()) return Fail("agent", std::string(at.status().message()));
   auto handshake = ParseDuration(f.handshake_timeout);
   if (!handshake.ok()) return Fail("agent", std::string(handshake.status().message()));
-  const TlsConfig tls = MakeConfig(f.tls);
+  const TlsConfig tls = agent::TlsConfigOf(f.tls);
   if (std::string p = tls.Problem(); !p.empty()) return Fail("agent", p);
   auto listener = TcpListener::Listen(*at);
   if (!listener.ok()) return Fail("agent", std::string(listener.status().message()));
@@ -275,7 +266,7 @@ int RunAgentCall(const AgentCallFlags& f) {
   req["op"] = f.op;
   auto timeout = ParseDuration(f.timeout);
   if (!timeout.ok()) return Fail("agent-call", std::string(timeout.status().message()));
-  auto reply = CallAgent(f.agent, f.tls, req, std::chrono::duration_cast<std::chrono::milliseconds>(*timeout));
+  auto reply = agent::CallAgent(f.agent, f.tls, req, std::chrono::duration_cast<std::chrono::milliseconds>(*timeout));
   if (!reply.ok()) return Fail("agent-call", std::string(reply.status().message()));
   Print("{}\n", reply->dump());
   if (!reply->value("ok", false)) {
@@ -283,41 +274,6 @@ int RunAgentCall(const AgentCallFlags& f) {
     return 1;
   }
   return 0;
-}
-
-Result<agent::Json> CallAgent(const std::string& address, const AgentTls& t, const agent::Json& request,
-                              std::chrono::milliseconds ms) {
-  auto to = ParseHostPort(address);
-  if (!to.ok()) return to.status();
-  TlsConfig tls = MakeConfig(t);
-  tls.expected_host = to->host;
-  if (std::string p = tls.Problem(); !p.empty()) return InvalidArgument(p);
-  auto fd = ConnectTcpFd(*to, ms);
-  if (!fd.ok()) return Unavailable(fmt::format("{}: {}", address, fd.status().message()));
-  auto stream = TlsStream::Client(*fd, tls, ms);
-  if (!stream.ok()) return Unavailable(fmt::format("{}: {}", address, stream.status().message()));
-  // The reply is bounded: a watchdog closes the stream.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool finished = false;
-  std::thread watchdog([&] {
-    std::unique_lock<std::mutex> lock(mu);
-    if (!cv.wait_for(lock, ms, [&] { return finished; })) (*stream)->Close();
-  });
-  Status sent = agent::WriteMessage(**stream, request);
-  Result<agent::Json> reply = sent.ok() ? agent::ReadMessage(**stream) : Result<agent::Json>(sent);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    finished = true;
-  }
-  cv.notify_all();
-  watchdog.join();
-  (*stream)->Close();
-  if (!reply.ok()) {
-    return Unavailable(fmt::format("{}: no reply to {} within {} ms: {}", address, request.value("op", "?"),
-                                   ms.count(), reply.status().message()));
-  }
-  return reply;
 }
 
 }  // namespace gpumigrate::cli

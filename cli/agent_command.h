@@ -9,11 +9,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "gpumigrate/agent.h"
+
 namespace gpumigrate::cli {
 
-struct AgentTls {
-  std::string ca, cert, key;
-};
+using AgentTls = agent::TlsFiles;
 
 struct AgentFlags {
   std::string config;

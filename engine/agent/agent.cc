@@ -134,6 +134,11 @@ Json Reply(Json j) {
   return j;
 }
 
+// A refusal its caller acts on by its code (RefusalCode), not by its words.
+Json Refuse(RefusalCode code, std::string message) {
+  return {{"ok", false}, {"error", std::move(message)}, {"code", RefusalCodeName(code)}};
+}
+
 Json Refusal(const Status& s, const std::string& host) {
   return {{"ok", false}, {"error", std::string(s.message())}, {"host", host}};
 }
@@ -610,7 +615,7 @@ Result<Json> Agent::Receive(const Json& req) {
   }
   for (const auto& j : jobs_) {
     if (j->state == "running" && j->vm == rec.name) {
-      return FailedPrecondition(fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
+      return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
     }
   }
   // Where the VM goes here: the plan's target (gpus, placement), checked with the
@@ -633,7 +638,7 @@ Result<Json> Agent::Receive(const Json& req) {
   }
   // After the fit: "never fits here" tells a controller more than "busy now".
   if (RunningJobs() >= config_.max_migrations) {
-    return FailedPrecondition(fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
+    return Refuse(RefusalCode::kBusy, fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
                                           config_.max_migrations));
   }
   auto job = std::make_unique<Job>();
@@ -701,11 +706,11 @@ Result<Json> Agent::Migrate(const Json& req) {
   if (held_.count(name)) return FailedPrecondition(fmt::format("{} is held: {}", name, held_.at(name)));
   for (const auto& j : jobs_) {
     if (j->state == "running" && j->vm == name) {
-      return FailedPrecondition(fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
+      return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
     }
   }
   if (RunningJobs() >= config_.max_migrations) {
-    return FailedPrecondition(fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
+    return Refuse(RefusalCode::kBusy, fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
                                           config_.max_migrations));
   }
   std::vector<std::string> argv = {options_.self_exe, "migrate", "--to", to, "--device", rec->device, "--json"};
@@ -770,7 +775,7 @@ Result<Json> Agent::Pace(const Json& req) {
     if (j->kind != "migrate") return FailedPrecondition(fmt::format("job {} is a {}, not a migration", id, j->kind));
     if (j->state != "running") return FailedPrecondition(fmt::format("job {} has ended ({})", id, j->state));
     const std::string file = JobPath(id, "rate");
-    if (!fs::exists(file)) return FailedPrecondition(fmt::format("job {} was not started paced", id));
+    if (!fs::exists(file)) return Refuse(RefusalCode::kNotPaced, fmt::format("job {} was not started paced", id));
     GM_RETURN_IF_ERROR(WriteRateFile(file, rate));
     return Reply({{"job", id}, {"bandwidth", rate}});
   }
@@ -844,7 +849,7 @@ Result<Json> Agent::RunHook(const Json& req, bool drain) {
   if (cmd.empty()) return FailedPrecondition(fmt::format("group {} has no {} hook on {}", group, op, config_.host));
   for (const auto& j : jobs_) {
     if (j->state == "running" && j->vm == rec.name) {
-      return FailedPrecondition(fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
+      return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
     }
   }
   std::vector<std::string> argv;
@@ -876,7 +881,7 @@ Result<Json> Agent::PowerOff(const Json& req) {
   }
   for (const auto& j : jobs_) {
     if (j->state == "running" && j->vm == name) {
-      return FailedPrecondition(fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
+      return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
     }
   }
   std::vector<std::string> argv;

@@ -249,7 +249,7 @@ Timing Batched(const std::vector<Job>& jobs, const std::vector<size_t>& order, c
   return t;
 }
 
-// The schedule as the controller runs it (cli/evacuate_command.cc
+// The schedule as the controller runs it (engine/evacuation/controller.cc
 // StartWhatFits): each action in the schedule's order starts as soon as its
 // hosts have a migration slot (and a link to itself when it needs one), and
 // the links are shared as TCP shares them: each link divided evenly among the
@@ -387,7 +387,7 @@ class Replay {
         const uint32_t own = j.alone || planned.jobs[it->i].whole_link;
         if (it->phase >= 4 && !it->source_freed) {
           // Its source is done: the controller starts the source's next migration
-          // while the target's receive finishes (cli/evacuate_command.cc, Busy).
+          // while the target's receive finishes (engine/evacuation/controller.cc, Busy).
           --busy[j.source];
           alone[j.source] -= own;
           it->source_freed = true;

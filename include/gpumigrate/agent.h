@@ -104,6 +104,39 @@ Status WriteMessage(Stream& s, const Json& message);
 // length over the limit or a body that is not one JSON object.
 Result<Json> ReadMessage(Stream& s);
 
+// The certificate files of the agents' mutual TLS: the CA both ends trust, and
+// this end's certificate and key (relative paths are made absolute).
+struct TlsFiles {
+  std::string ca, cert, key;
+};
+
+// Why an agent refused, where its caller acts on the reason: a refusal's
+// "code" (absent: kOther, read the "error").
+enum class RefusalCode {
+  kOther,
+  kBusy,      // "busy": max_migrations running now; the same request may succeed later
+  kVmInJob,   // "vm-in-job": the VM is in a running job (a receive of it still listening)
+  kNotPaced,  // "not-paced": a pace for a migration started without a rate file
+};
+std::string_view RefusalCodeName(RefusalCode code);  // "" for kOther
+RefusalCode RefusalCodeOf(const Json& reply);
+
+// A controller's way to its agents: one request, one reply, bounded in time.
+// The reply whether the agent did it ("ok": true) or refused ("ok": false,
+// "error", and "code" where the refusal is one a caller acts on: kCode*); an
+// error Status only when no reply came (connection, TLS, timeout). A seam: the
+// real one speaks mutual TLS (MakeTlsClient); tests hand requests to in-process
+// Agents.
+class Client {
+ public:
+  virtual ~Client() = default;
+  virtual Result<Json> Call(const std::string& address, const Json& request, std::chrono::milliseconds timeout) = 0;
+};
+// One request to the agent at ADDR:PORT over mutual TLS (its certificate must name ADDR).
+Result<Json> CallAgent(const std::string& address, const TlsFiles& tls, const Json& request,
+                       std::chrono::milliseconds timeout);
+std::unique_ptr<Client> MakeTlsClient(TlsFiles tls);
+
 // The agent's /metrics page (Prometheus text format) from its `inventory`
 // reply and every job as `status` reports it: the host (VMs, GPUs with their
 // free MIG slices and vGPU room, maintenance, migrations in flight against

@@ -190,6 +190,9 @@ struct Plan {
 Result<Plan> MakePlan(const Inventory& inventory, const PlanOptions& options);
 
 std::string PlanToJson(const Plan& plan);
+// A plan PlanToJson wrote (`gpumigrate plan --json`), back into a Plan; the
+// error names the key, and a plan of another host than `host` is refused.
+Result<Plan> PlanFromJson(std::string_view text, const std::string& host);
 
 // What one GPU of a host holds and could still take, from the inventory's VMs
 // (an agent's /metrics: its free MIG slices and vGPU room).

@@ -28,7 +28,7 @@ PUBLIC_HEADERS = {
     "checkpoint.h": "checkpoint",
     "metrics_server.h": "net",
     "planner.h": "planner",
-    "evacuation_store.h": "evacuation", "evacuation_events.h": "evacuation",
+    "evacuation.h": "evacuation", "evacuation_store.h": "evacuation", "evacuation_events.h": "evacuation",
     "content_store.h": "content",
     "agent.h": "agent",
     "qmp.h": "qemu", "qemu.h": "qemu",

@@ -275,7 +275,9 @@ TEST_F(AgentTest, MigrateRunsTheCliAndTheVmLeavesOnlyWhenItCompleted) {
   EXPECT_EQ(st["jobs"][0]["round"], 2);
   std::ofstream(phase_file) << "{torn";
   EXPECT_FALSE(Call({{"op", "status"}, {"job", r["job"]}})["jobs"][0].contains("session_phase"));
-  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "10.0.0.3:5000"}})).find("already in job"),
+  const Json again = Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "10.0.0.3:5000"}});
+  EXPECT_EQ(RefusalCodeOf(again), RefusalCode::kVmInJob) << again.dump();
+  EXPECT_NE(Error(again).find("already in job"),
             std::string::npos);
   EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "nope"}, {"to", "x:1"}})).find("does not run on gpu-a"),
             std::string::npos);
@@ -319,7 +321,9 @@ TEST_F(AgentTest, APacedMigrationFollowsTheRateTheAgentWrites) {
   Json u = Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}});
   ASSERT_TRUE(u["ok"]);
   EXPECT_EQ(std::count(children_.started[1].argv.begin(), children_.started[1].argv.end(), "--bandwidth-file"), 0);
-  EXPECT_NE(Error(Call({{"op", "pace"}, {"job", u["job"]}, {"bandwidth", "1MB/s"}})).find("not started paced"),
+  const Json unpaced = Call({{"op", "pace"}, {"job", u["job"]}, {"bandwidth", "1MB/s"}});
+  EXPECT_EQ(RefusalCodeOf(unpaced), RefusalCode::kNotPaced) << unpaced.dump();
+  EXPECT_NE(Error(unpaced).find("not started paced"),
             std::string::npos);
 }
 
@@ -440,7 +444,10 @@ TEST_F(AgentTest, MaxMigrationsCountsInAndOut) {
   ASSERT_TRUE(Call({{"op", "migrate"}, {"vm", "llm-1"}, {"to", "h:1"}})["ok"]);
   ASSERT_TRUE(Call({{"op", "receive"}, {"vm", Json::parse(R"({"name": "p", "device": "sim",
       "inventory": {"gpus": [1], "profile": "passthrough", "class": "inference"}})")}})["ok"]);
-  EXPECT_NE(Error(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})).find("busy: 2 of max_migrations 2"),
+  const Json busy = Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}});
+  EXPECT_EQ(RefusalCodeOf(busy), RefusalCode::kBusy) << busy.dump();
+  EXPECT_EQ(RefusalCodeOf(Call({{"op", "fly"}})), RefusalCode::kOther) << "a refusal nobody acts on has no code";
+  EXPECT_NE(Error(busy).find("busy: 2 of max_migrations 2"),
             std::string::npos);
   End(children_, 0, 1, "{}");
   EXPECT_TRUE(Call({{"op", "migrate"}, {"vm", "chat-1"}, {"to", "h:1"}})["ok"]);

@@ -1,4 +1,4 @@
-// What `gpumigrate evacuate` knows of the fleet: the inventory file (hosts,
+// What an evacuation (controller.cc) knows of the fleet: the inventory file (hosts,
 // agents, groups, policy, estimates) with each host's VMs as its agent reports
 // them now, the VMs in flight counted at their targets, and what the
 // evacuation has learned (agents gone, migrations that would exceed max stun).
@@ -11,13 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/agent_command.h"
 #include "gpumigrate/agent.h"
 #include "gpumigrate/evacuation_store.h"
 #include "gpumigrate/planner.h"
 #include "gpumigrate/status.h"
 
-namespace gpumigrate::cli {
+namespace gpumigrate::evacuation {
 
 // A VM being moved: it occupies its target slot already, and is no longer
 // planned from its source.
@@ -36,7 +35,8 @@ std::optional<planner::Target> TargetOfUnits(const std::string& host, const std:
 
 class Fleet {
  public:
-  static Result<Fleet> Open(const std::string& inventory_text, const AgentTls& tls, std::chrono::milliseconds timeout);
+  // `agents` outlives the Fleet.
+  static Result<Fleet> Open(const std::string& inventory_text, agent::Client& agents, std::chrono::milliseconds timeout);
   bool HasHost(const std::string& host) const;
   // Asks every agent for its VMs; an agent that does not answer makes its host
   // no target (and is an error for `evacuating`, whose VMs must be known).
@@ -79,11 +79,8 @@ class Fleet {
   std::map<std::string, agent::Json> last_seen_;  // vm -> the last entry any agent listed for it
   std::set<std::string> unreachable_, stun_too_long_;
   std::map<std::string, double> learned_link_;
-  AgentTls tls_;
+  agent::Client* agents_ = nullptr;
   std::chrono::milliseconds timeout_{20000};
 };
 
-// `gpumigrate plan --json` output for `host`, back into a Plan.
-Result<planner::Plan> ParsePlanJson(const std::string& text, const std::string& host);
-
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate::evacuation

@@ -1,17 +1,16 @@
-#include "cli/evacuate_fleet.h"
+#include "engine/evacuation/fleet.h"
 
 #include <fmt/format.h>
 
-#include "cli/agent_client.h"
 #include "engine/planner/gpu_models.h"
 
-namespace gpumigrate::cli {
+namespace gpumigrate::evacuation {
 
 using agent::Json;
 
 std::string ReplicaName(const std::string& vm) { return vm + "-replica"; }
 
-Result<Fleet> Fleet::Open(const std::string& text, const AgentTls& tls, std::chrono::milliseconds timeout) {
+Result<Fleet> Fleet::Open(const std::string& text, agent::Client& agents, std::chrono::milliseconds timeout) {
   Fleet f;
   f.file_ = Json::parse(text, nullptr, false);
   if (f.file_.is_discarded() || !f.file_.is_object()) return InvalidArgument("not a JSON object");
@@ -19,7 +18,7 @@ Result<Fleet> Fleet::Open(const std::string& text, const AgentTls& tls, std::chr
   if (!inv.ok()) return inv.status();
   f.inv_ = std::move(*inv);
   f.live_ = f.file_;
-  f.tls_ = tls;
+  f.agents_ = &agents;
   f.timeout_ = timeout;
   for (const auto& h : f.inv_.hosts) {
     if (h.agent.empty()) return InvalidArgument(fmt::format("host {} has no \"agent\" (ADDR:PORT)", h.name));
@@ -45,7 +44,7 @@ int Fleet::MaxMigrations(const std::string& host) const {
 }
 
 bool Fleet::Reachable(const std::string& host) {
-  auto r = CallAgent(Agent(host), tls_, {{"op", "inventory"}}, timeout_);
+  auto r = agents_->Call(Agent(host), {{"op", "inventory"}}, timeout_);
   return r.ok();
 }
 
@@ -86,7 +85,7 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
   for (auto& h : live_["hosts"]) {
     const std::string name = h["name"];
     auto r = unreachable_.count(name) ? Result<Json>(Unavailable("unreachable before"))
-                                      : CallAgent(h["agent"].get<std::string>(), tls_, {{"op", "inventory"}}, timeout_);
+                                      : agents_->Call(h["agent"].get<std::string>(), {{"op", "inventory"}}, timeout_);
     if (!r.ok() || !(*r).value("ok", false)) {
       if (name == evacuating) {
         return Unavailable(fmt::format("the agent of {} ({}) does not answer: {}", name, h["agent"].get<std::string>(),
@@ -275,54 +274,4 @@ std::string Fleet::HeldWhy(const std::string& vm) const {
   return it != entries_.end() ? it->second.value("held", "") : "";
 }
 
-Result<planner::Plan> ParsePlanJson(const std::string& text, const std::string& host) {
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return InvalidArgument("the plan is not a JSON object");
-  try {
-    planner::Plan p;
-    p.host = j.at("host").get<std::string>();
-    if (p.host != host) return InvalidArgument(fmt::format("the plan evacuates {}, not --host {}", p.host, host));
-    p.feasible = j.at("feasible").get<bool>();
-    p.reason = j.value("reason", "");
-    p.total_ms = j.value("total_ms", int64_t{0});
-    p.batched_total_ms = j.value("batched_total_ms", int64_t{0});
-    size_t i = 0;
-    for (const auto& a : j.at("actions")) {
-      planner::PlannedAction pa;
-      pa.vm = a.at("vm").get<std::string>();
-      const std::string name = a.at("action").get<std::string>();
-      bool known = false;
-      for (auto kind : {planner::Action::kLiveMigrate, planner::Action::kDrainAndReplace, planner::Action::kPowerOff,
-                        planner::Action::kBlocked}) {
-        if (planner::ActionName(kind) == name) {
-          pa.action = kind;
-          known = true;
-        }
-      }
-      if (!known) return InvalidArgument(fmt::format("actions[{}].action: unknown action '{}'", i, name));
-      if (a.contains("to") && !a["to"].is_null()) {
-        planner::Target t;
-        t.host = a["to"].at("host").get<std::string>();
-        t.gpus = a["to"].at("gpus").get<std::vector<uint32_t>>();
-        if (a["to"].contains("placement") && !a["to"]["placement"].is_null()) t.placement = a["to"]["placement"].get<uint32_t>();
-        pa.to = t;
-      } else if (pa.action == planner::Action::kLiveMigrate || pa.action == planner::Action::kDrainAndReplace) {
-        return InvalidArgument(fmt::format("actions[{}].to: missing for {}", i, name));
-      }
-      pa.predicted_stun_ms = a.value("predicted_stun_ms", int64_t{0});
-      pa.start_ms = a.value("start_ms", int64_t{0});
-      pa.end_ms = a.value("end_ms", int64_t{0});
-      pa.reason = a.value("reason", "");
-      pa.link_alone = a.value("link_alone", false);
-      pa.bandwidth_bytes_per_s = a.value("bandwidth_bytes_per_s", 0.0);
-      pa.budget_ms = a.value("budget_ms", int64_t{0});
-      p.actions.push_back(pa);
-      ++i;
-    }
-    return p;
-  } catch (const Json::exception& e) {
-    return InvalidArgument(fmt::format("the plan has a missing key or one of the wrong type: {}", e.what()));
-  }
-}
-
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate::evacuation
