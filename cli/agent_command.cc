@@ -1,115 +1,68 @@
 #include "cli/agent_command.h"
 
-#include <arpa/inet.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
-#include <condition_variable>
-#include <list>
-#include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "cli/agent_log.h"
+#include "cli/net_flags.h"
 #include "cli/plan_command.h"
 #include "cli/print.h"
 #include "gpumigrate/agent.h"
 #include "gpumigrate/metrics_server.h"
 #include "gpumigrate/units.h"
 #include "engine/agent/client.h"
+#include "engine/agent/server.h"
 #include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
 
 namespace gpumigrate::cli {
 namespace {
 
-
-std::string PeerOf(int fd) {
-  sockaddr_storage ss{};
-  socklen_t len = sizeof ss;
-  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "an unknown peer";
-  char host[INET6_ADDRSTRLEN] = {};
-  uint16_t port = 0;
-  if (ss.ss_family == AF_INET) {
-    auto* a = reinterpret_cast<sockaddr_in*>(&ss);
-    inet_ntop(AF_INET, &a->sin_addr, host, sizeof host);
-    port = ntohs(a->sin_port);
-    return fmt::format("{}:{}", host, port);
-  }
-  auto* a = reinterpret_cast<sockaddr_in6*>(&ss);
-  inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof host);
-  port = ntohs(a->sin6_port);
-  return fmt::format("[{}]:{}", host, port);
-}
-
-// One controller's connection: requests and replies until it closes.
-class Connection {
- public:
-  Connection(agent::Agent& a, int fd, TlsConfig cfg, std::chrono::milliseconds handshake)
-      : agent_(a), fd_(fd), cfg_(std::move(cfg)), handshake_(handshake), peer_(PeerOf(fd)) {
-    thread_ = std::thread([this] { Run(); });
-  }
-  ~Connection() {
-    Stop();
-    thread_.join();
-  }
-  void Stop() {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    if (stream_) stream_->Close();
-  }
-  bool Done() const { return done_.load(); }
-
- private:
-  void Run() {
-    auto tls = TlsStream::Server(fd_, cfg_, handshake_);
-    if (!tls.ok()) {
-      Print(stderr, "gpumigrate agent: refused {}: {}\n", peer_, tls.status().message());
-      done_ = true;
-      return;
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stream_ = std::move(*tls);
-      if (stopping_) stream_->Close();
-    }
-    while (true) {
-      auto req = agent::ReadMessage(*stream_);
-      if (!req.ok()) {
-        if (req.status().code() != StatusCode::kUnavailable) {
-          Print(stderr, "gpumigrate agent: {}: {}\n", peer_, req.status().message());
-        }
-        break;
-      }
-      const agent::Json reply = agent_.Handle(*req);
-      const bool ok = reply.value("ok", false);
-      const auto& op = (*req)["op"];
-      Print(stderr, "gpumigrate agent: {}: {} {}{}\n", peer_, op.is_string() ? op.get<std::string>() : "?",
-            ok ? "ok" : "refused: ", ok ? "" : reply.value("error", ""));
-      if (!agent::WriteMessage(*stream_, reply).ok()) break;
-    }
-    stream_->Close();
-    done_ = true;
-  }
-
-  agent::Agent& agent_;
-  int fd_;
-  TlsConfig cfg_;
-  std::chrono::milliseconds handshake_;
-  std::string peer_;
-  std::mutex mu_;
-  bool stopping_ = false;
-  std::unique_ptr<Stream> stream_;
-  std::atomic<bool> done_{false};
-  std::thread thread_;
-};
-
 int Fail(const char* cmd, const std::string& message) {
   Print(stderr, "gpumigrate {}: {}\n", cmd, message);
   return 2;
+}
+
+// The ADDR:PORT the agent reports as its own. Controllers and sources need an
+// address they can reach: a wildcard listen address says none, so the config's
+// data_address stands in for it.
+Result<std::string> AgentListenAddress(const AgentFlags& f, const HostPort& at, const std::string& data_address,
+                                       int port) {
+  const bool wildcard = at.host == "0.0.0.0" || at.host == "::" || at.host.empty();
+  if (wildcard && data_address.empty()) {
+    return InvalidArgument(fmt::format("--listen {} is every address: set \"data_address\" in {} to the address "
+                                       "other hosts reach this one at",
+                                       f.listen, f.config));
+  }
+  const std::string reported = wildcard ? data_address : at.host;
+  return fmt::format("{}:{}", reported.find(':') != std::string::npos ? "[" + reported + "]" : reported, port);
+}
+
+// The /metrics server of --metrics-listen (over the agent's TLS with
+// --metrics-tls); null when not asked for.
+Result<std::unique_ptr<MetricsServer>> StartAgentMetrics(const AgentFlags& f, const TlsConfig& tls,
+                                                          agent::Agent* served) {
+  if (f.metrics_listen.empty()) {
+    if (f.metrics_tls || !f.metrics_port_file.empty()) {
+      return InvalidArgument("--metrics-tls and --metrics-port-file need --metrics-listen");
+    }
+    return std::unique_ptr<MetricsServer>();
+  }
+  MetricsServerOptions mo;
+  mo.listen = f.metrics_listen;
+  if (f.metrics_tls) {
+    mo.ca_file = tls.ca_file;
+    mo.cert_file = tls.cert_file;
+    mo.key_file = tls.key_file;
+  }
+  auto m = MetricsServer::Start(mo, [served] { return served->Metrics(); });
+  if (!m.ok()) return InvalidArgument(fmt::format("--metrics-listen: {}", m.status().message()));
+  std::unique_ptr<MetricsServer> metrics = std::move(m).value();
+  if (!f.metrics_port_file.empty()) WritePortFile(f.metrics_port_file, metrics->port());
+  Print(stderr, "gpumigrate agent: metrics at {}://{}:{}/metrics\n", f.metrics_tls ? "https" : "http",
+        ParseHostPort(f.metrics_listen)->host, metrics->port());
+  return metrics;
 }
 
 }  // namespace
@@ -149,17 +102,6 @@ CLI::App* AddAgentCommand(CLI::App& app, AgentFlags& f) {
   return c;
 }
 
-namespace {
-
-void WritePortFile(const std::string& path, int port) {
-  std::ofstream pf(path + ".tmp");
-  pf << port << "\n";
-  pf.close();
-  std::filesystem::rename(path + ".tmp", path);
-}
-
-}  // namespace
-
 int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   std::string text, error;
   if (!ReadWholeFile(f.config, &text, &error)) return Fail("agent", "--config " + error);
@@ -174,74 +116,29 @@ int RunAgent(const AgentFlags& f, const std::atomic<bool>& cancel) {
   auto listener = TcpListener::Listen(*at);
   if (!listener.ok()) return Fail("agent", std::string(listener.status().message()));
 
-  // Controllers and sources need an address they can reach: a wildcard listen
-  // address says none.
-  const bool wildcard = at->host == "0.0.0.0" || at->host == "::" || at->host.empty();
-  if (wildcard && config->data_address.empty()) {
-    return Fail("agent", fmt::format("--listen {} is every address: set \"data_address\" in {} to the address "
-                                     "other hosts reach this one at",
-                                     f.listen, f.config));
-  }
-  const std::string reported = wildcard ? config->data_address : at->host;
+  auto address = AgentListenAddress(f, *at, config->data_address, (*listener)->port());
+  if (!address.ok()) return Fail("agent", std::string(address.status().message()));
   agent::AgentOptions o;
   o.self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
   o.state_dir = f.state_dir;
-  o.listen_address = fmt::format("{}:{}", reported.find(':') != std::string::npos ? "[" + reported + "]" : reported,
-                                 (*listener)->port());
+  o.listen_address = *address;
   o.child_tls_args = {"--tls-ca", tls.ca_file, "--tls-cert", tls.cert_file, "--tls-key", tls.key_file};
   AgentLog log;
   o.on_job_event = [&log](const agent::Json& e) { log.JobEvent(e); };
   auto a = agent::Agent::Open(std::move(*config), o, agent::MakeProcessLauncher());
   if (!a.ok()) return Fail("agent", std::string(a.status().message()));
   for (const auto& line : (*a)->Findings()) log.Line(5, line);
-  std::unique_ptr<MetricsServer> metrics;
-  if (!f.metrics_listen.empty()) {
-    MetricsServerOptions mo;
-    mo.listen = f.metrics_listen;
-    if (f.metrics_tls) {
-      mo.ca_file = tls.ca_file;
-      mo.cert_file = tls.cert_file;
-      mo.key_file = tls.key_file;
-    }
-    agent::Agent* served = a->get();
-    auto m = MetricsServer::Start(mo, [served] { return served->Metrics(); });
-    if (!m.ok()) return Fail("agent", fmt::format("--metrics-listen: {}", m.status().message()));
-    metrics = std::move(m).value();
-    if (!f.metrics_port_file.empty()) WritePortFile(f.metrics_port_file, metrics->port());
-    Print(stderr, "gpumigrate agent: metrics at {}://{}:{}/metrics\n", f.metrics_tls ? "https" : "http",
-          ParseHostPort(f.metrics_listen)->host, metrics->port());
-  } else if (f.metrics_tls || !f.metrics_port_file.empty()) {
-    return Fail("agent", "--metrics-tls and --metrics-port-file need --metrics-listen");
-  }
+  auto started = StartAgentMetrics(f, tls, a->get());
+  if (!started.ok()) return Fail("agent", std::string(started.status().message()));
+  std::unique_ptr<MetricsServer> metrics = std::move(started).value();
   if (!f.port_file.empty()) WritePortFile(f.port_file, (*listener)->port());
   log.Line(6, fmt::format("listening on {}{}", o.listen_address, log.to_journal() ? " (logging to the journal)" : ""));
 
-  std::list<std::unique_ptr<Connection>> conns;
-  const auto hs = std::chrono::duration_cast<std::chrono::milliseconds>(*handshake);
-  while (!cancel.load()) {
-    auto fd = (*listener)->AcceptFd(std::chrono::milliseconds(200));
-    conns.remove_if([](const auto& c) { return c->Done(); });
-    if (!fd.ok()) {
-      if (fd.status().code() != StatusCode::kDeadlineExceeded) {
-        Print(stderr, "gpumigrate agent: {}\n", fd.status().message());
-      }
-      try {
-        (*a)->Poll();
-      } catch (const std::exception& e) {
-        Print(stderr, "gpumigrate agent: polling the jobs: {}\n", e.what());
-      }
-      continue;
-    }
-    if (static_cast<int>(conns.size()) >= f.max_connections) {
-      Print(stderr, "gpumigrate agent: refused {}: {} connections already open (--max-connections)\n", PeerOf(*fd),
-            conns.size());
-      ::close(*fd);
-      continue;
-    }
-    conns.push_back(std::make_unique<Connection>(**a, *fd, tls, hs));
-  }
-  for (auto& c : conns) c->Stop();
-  conns.clear();
+  agent::ServeOptions so;
+  so.handshake_timeout = std::chrono::duration_cast<std::chrono::milliseconds>(*handshake);
+  so.max_connections = f.max_connections;
+  so.log = [](const std::string& line) { Print(stderr, "gpumigrate agent: {}\n", line); };
+  agent::ServeControllers(**listener, **a, tls, so, cancel);
   metrics.reset();
   Print(stderr, "gpumigrate agent: stopped; migrations in flight run on and are found again at the next start\n");
   return 0;

@@ -79,39 +79,86 @@ Result<DemoDevices> CreateDevices(const SimSpec& spec, std::chrono::nanoseconds 
   return d;
 }
 
+// What the demo runs, from its flags: every usage error shows here, before any
+// device exists.
+struct DemoSetup {
+  SimSpec spec;
+  LocalMigrationOptions opt;
+  std::chrono::nanoseconds warmup{};
+  std::chrono::nanoseconds run_after{};
+};
+
+Result<DemoSetup> PrepareDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
+  DemoSetup d;
+  auto spec = ParseSimSpec(f.device);
+  if (!spec.ok()) {
+    if (f.device.rfind("sim", 0) != 0) {
+      return InvalidArgument(fmt::format(
+          "the demo runs source and destination in one process and needs a sim device, not '{}'", f.device));
+    }
+    return spec.status();
+  }
+  d.spec = *spec;
+  d.opt.data_streams = f.src.streams;
+  GM_ASSIGN_OR_RETURN(d.opt.source, MakeSourceOptions(f.src));
+  d.opt.source.dry_run = f.dry_run;
+  auto warmup = ParseDuration(f.warmup);
+  auto run_after = ParseDuration(f.run_after);
+  for (const Status* s : {&warmup.status(), &run_after.status()}) {
+    if (!s->ok()) return *s;
+  }
+  d.warmup = *warmup;
+  d.run_after = *run_after;
+  d.opt.source.cancel = &cancel;
+  d.opt.destination.cancel = &cancel;
+  if (!f.plot.empty()) {  // before anything moves: never a migration only to fail at its picture
+    GM_RETURN_IF_ERROR(CheckPlotTarget(f.plot));
+  }
+  return d;
+}
+
+// Progress on stderr as the rounds go, and the trace the plot draws.
+void WatchDemoProgress(SourceOptions& so, ProgressPrinter& progress, ProgressTrace& trace) {
+  so.on_progress = [&progress, &trace](const Progress& p) {
+    progress.Update(p);
+    trace.Add(p);
+  };
+  so.on_phase = [&progress](Phase p, uint32_t round) {
+    if (p == Phase::kSwitchover) progress.Note(fmt::format("switchover: stopping the source after {} rounds", round));
+  };
+}
+
+// --dry-run: the estimator's prediction first, from observation alone, into
+// `estimate`. Returns 0 to go on probing, else the exit code.
+int EstimateBeforeProbe(const DemoFlags& f, SimDevice& source, SourceOptions& so, ProgressPrinter& progress,
+                        std::optional<EstimateReport>& estimate) {
+  auto eo = ProbeEstimateOptions(f.src, f.sample);
+  if (!eo.ok()) return UsageError(eo.status());
+  progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));
+  auto er = EstimateForProbe(source, *eo, so, SystemClock());
+  if (!er.ok()) {
+    Print(stderr, "gpumigrate demo: {}\n", er.status().message());
+    return 1;
+  }
+  estimate = std::move(er).value();
+  progress.Note(fmt::format("estimate: {}, stun {:.1f} ms in {} rounds; now probing for real",
+                            EstimateDecisionName(estimate->prediction.decision), estimate->prediction.mid.stun_ms,
+                            estimate->prediction.mid.rounds.size()));
+  return 0;
+}
+
 void PrintDemo(const DemoFlags& f, const MigrationReport& r, const std::optional<EstimateReport>& estimate,
                const std::string& security, uint64_t source_kernels_during, const std::optional<SimResumeCheck>& check);
 
 }  // namespace
 
 int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
-  auto spec = ParseSimSpec(f.device);
-  if (!spec.ok()) {
-    if (f.device.rfind("sim", 0) != 0) {
-      return UsageError(InvalidArgument(fmt::format(
-          "the demo runs source and destination in one process and needs a sim device, not '{}'", f.device)));
-    }
-    return UsageError(spec.status());
-  }
-  LocalMigrationOptions opt;
-  opt.data_streams = f.src.streams;
-  auto source_opts = MakeSourceOptions(f.src);
-  if (!source_opts.ok()) return UsageError(source_opts.status());
-  opt.source = *source_opts;
-  opt.source.dry_run = f.dry_run;
-  auto warmup = ParseDuration(f.warmup);
-  auto run_after = ParseDuration(f.run_after);
-  for (const Status* s : {&warmup.status(), &run_after.status()}) {
-    if (!s->ok()) return UsageError(*s);
-  }
-  opt.source.cancel = &cancel;
-  opt.destination.cancel = &cancel;
-  if (!f.plot.empty()) {  // before anything moves: never a migration only to fail at its picture
-    if (Status p = CheckPlotTarget(f.plot); !p.ok()) return UsageError(p);
-  }
+  auto setup = PrepareDemo(f, cancel);
+  if (!setup.ok()) return UsageError(setup.status());
+  LocalMigrationOptions& opt = setup->opt;
 
   ProgressPrinter progress(stderr);
-  auto devices = CreateDevices(*spec, *warmup, progress);
+  auto devices = CreateDevices(setup->spec, setup->warmup, progress);
   if (!devices.ok()) return UsageError(devices.status());
   SimDevice& source = *devices->source;
   SimDevice& dest = *devices->dest;
@@ -119,30 +166,12 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
                             f.transport == "memory" ? "in memory" : "loopback TCP",
                             f.src.bandwidth.empty() ? "" : ", capped at " + f.src.bandwidth));
   ProgressTrace trace;
-  opt.source.on_progress = [&](const Progress& p) {
-    progress.Update(p);
-    trace.Add(p);
-  };
-  opt.source.on_phase = [&](Phase p, uint32_t round) {
-    if (p == Phase::kSwitchover) progress.Note(fmt::format("switchover: stopping the source after {} rounds", round));
-  };
+  WatchDemoProgress(opt.source, progress, trace);
   // The switchover rule uses the calibrated fixed cost when this host has one.
   opt.source.switchover_fixed_cost = StoredFixedCost(opt.source.switchover_fixed_cost);
-  // --dry-run: the estimator's prediction first, from observation alone.
   std::optional<EstimateReport> estimate;
   if (f.dry_run) {
-    auto eo = ProbeEstimateOptions(f.src, f.sample);
-    if (!eo.ok()) return UsageError(eo.status());
-    progress.Note(fmt::format("dry run: observing the workload for {} before moving anything", f.sample));
-    auto er = EstimateForProbe(source, *eo, opt.source, SystemClock());
-    if (!er.ok()) {
-      Print(stderr, "gpumigrate demo: {}\n", er.status().message());
-      return 1;
-    }
-    estimate = std::move(er).value();
-    progress.Note(fmt::format("estimate: {}, stun {:.1f} ms in {} rounds; now probing for real",
-                              EstimateDecisionName(estimate->prediction.decision), estimate->prediction.mid.stun_ms,
-                              estimate->prediction.mid.rounds.size()));
+    if (int rc = EstimateBeforeProbe(f, source, opt.source, progress, estimate); rc != 0) return rc;
   }
   uint64_t kernels_at_start = source.KernelsRun();
   std::string security = "in-memory streams: frames carry an integrity tag";
@@ -156,7 +185,7 @@ int RunDemo(const DemoFlags& f, const std::atomic<bool>& cancel) {
   std::optional<SimResumeCheck> check;
   int exit_code = ExitCodeFor(res.source);
   if (res.source.outcome == Outcome::kCompleted) {
-    check = RunResumeCheck(dest, *run_after, SystemClock());
+    check = RunResumeCheck(dest, setup->run_after, SystemClock());
     if (!check->ok()) exit_code = 1;
   }
 

@@ -59,20 +59,6 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f);
 // The estimate a probe (`--dry-run`) runs first: the migration's own options,
 // observed for `sample`.
 Result<EstimateOptions> ProbeEstimateOptions(const SourceFlags& src, const std::string& sample);
-// The path a migration of `device` (its spec) with these flags takes (its
-// transport, streams, codec and cap, and the device's backend).
-PathConfig PathConfigFor(const std::string& transport, uint32_t streams, const CodecChoice& codec,
-                         double cap_bytes_per_s, const std::string& device);
-// Sets o.path from the stored path calibration, measuring it first when there is
-// none (or o.recalibrate); a projection to a target keeps its own rates. A proc
-// device whose backend cannot be calibrated here (no gpumigrate-workload to
-// run) takes the sim path, and o.path_note says so.
-Status AttachPathCalibration(const std::string& transport, uint32_t streams, const std::string& device,
-                             EstimateOptions& o);
-// The stored calibration of a migration's path: its device's backend's, else
-// the sim path's; nullopt when neither is stored. `migrate` takes its fixed
-// switchover cost from it and records what it measured against it.
-std::optional<PathCalibration> StoredPathFor(const PathConfig& path);
 void PrintEstimate(FILE* out, const EstimateReport& r);
 
 }  // namespace gpumigrate::cli

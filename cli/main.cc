@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -72,63 +74,81 @@ int PrintHelp(CLI::App& app, const std::string& topic) {
   }
 }
 
-}  // namespace
+// Every command's flags and its subcommand, registered in the order `--help` lists them.
+struct CliCommandSet {
+  gpumigrate::cli::DemoFlags demo;
+  CLI::App* demo_cmd = nullptr;
+  gpumigrate::cli::EstimateFlags estimate;
+  CLI::App* estimate_cmd = nullptr;
+  gpumigrate::cli::MigrateFlags migrate;
+  CLI::App* migrate_cmd = nullptr;
+  gpumigrate::cli::ReceiveFlags receive;
+  CLI::App* receive_cmd = nullptr;
+  gpumigrate::cli::HeldFlags held;  // resume and release share theirs
+  CLI::App* resume_cmd = nullptr;
+  CLI::App* release_cmd = nullptr;
+  gpumigrate::cli::CheckpointFlags checkpoint;
+  CLI::App* checkpoint_cmd = nullptr;
+  gpumigrate::cli::RestoreFlags restore;
+  CLI::App* restore_cmd = nullptr;
+  gpumigrate::cli::PlanFlags plan;
+  CLI::App* plan_cmd = nullptr;
+  gpumigrate::cli::InventoryFlags inventory;
+  CLI::App* inventory_cmd = nullptr;
+  gpumigrate::cli::CudaFlags cuda;
+  CLI::App* cuda_cmd = nullptr;
+  gpumigrate::cli::CalibrateFlags calibrate;
+  CLI::App* calibrate_cmd = nullptr;
+  gpumigrate::cli::AgentFlags agent;
+  CLI::App* agent_cmd = nullptr;
+  gpumigrate::cli::AgentCallFlags agent_call;
+  CLI::App* agent_call_cmd = nullptr;
+  gpumigrate::cli::EvacuateFlags evacuate;
+  CLI::App* evacuate_cmd = nullptr;
+  gpumigrate::cli::StatusFlags status;
+  CLI::App* status_cmd = nullptr;
+  gpumigrate::cli::ContentStoreFlags content_store;
+  CLI::App* content_store_cmd = nullptr;
+  std::string help_topic;
+  CLI::App* help_cmd = nullptr;
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{
-      "gpumigrate: live migration and checkpointing of GPU-attached VMs.\n"
-      "Pre-copies GPU memory while the VM runs, re-sends what changed round by round,\n"
-      "then stops it for a short, measured stun.",
-      "gpumigrate"};
+// The version flag and the footer every `--help` ends with.
+void SetTopLevelOptions(CLI::App& app) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string("gpumigrate ") + GPUMIGRATE_VERSION);
   app.footer(
       "Exit codes: 0 success; 1 failed and rolled back (source running, nothing lost);\n"
       "2 usage or configuration error; 3 outcome in doubt (both sides stopped, source intact).\n"
       "Sizes: 256MiB, 80GB. Rates: 100Gbit, 2GiB/s, 500MB/s. Durations: 300ms, 100s.");
+}
 
-  gpumigrate::cli::DemoFlags demo;
-  CLI::App* demo_cmd = gpumigrate::cli::AddDemoCommand(app, demo);
+// Registers every command; the flags bind to c's members, so c must outlive the parse.
+void AddAllCommands(CLI::App& app, CliCommandSet& c) {
+  c.demo_cmd = gpumigrate::cli::AddDemoCommand(app, c.demo);
+  c.estimate_cmd = gpumigrate::cli::AddEstimateCommand(app, c.estimate);
+  c.migrate_cmd = gpumigrate::cli::AddMigrateCommand(app, c.migrate);
+  c.receive_cmd = gpumigrate::cli::AddReceiveCommand(app, c.receive);
+  c.resume_cmd = gpumigrate::cli::AddResumeCommand(app, c.held);
+  c.release_cmd = gpumigrate::cli::AddReleaseCommand(app, c.held);
+  c.checkpoint_cmd = gpumigrate::cli::AddCheckpointCommand(app, c.checkpoint);
+  c.restore_cmd = gpumigrate::cli::AddRestoreCommand(app, c.restore);
+  c.plan_cmd = gpumigrate::cli::AddPlanCommand(app, c.plan);
+  c.inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, c.inventory);
+  c.cuda_cmd = gpumigrate::cli::AddCudaCommand(app, c.cuda);
+  c.calibrate_cmd = gpumigrate::cli::AddCalibrateCommand(app, c.calibrate);
+  c.agent_cmd = gpumigrate::cli::AddAgentCommand(app, c.agent);
+  c.agent_call_cmd = gpumigrate::cli::AddAgentCallCommand(app, c.agent_call);
+  c.evacuate_cmd = gpumigrate::cli::AddEvacuateCommand(app, c.evacuate);
+  c.status_cmd = gpumigrate::cli::AddStatusCommand(app, c.status);
+  c.content_store_cmd = gpumigrate::cli::AddContentStoreCommand(app, c.content_store);
+  c.help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
+  c.help_cmd->add_option("command", c.help_topic, "The command to describe");
+}
 
-  gpumigrate::cli::EstimateFlags estimate;
-  CLI::App* estimate_cmd = gpumigrate::cli::AddEstimateCommand(app, estimate);
-
-  gpumigrate::cli::MigrateFlags migrate;
-  CLI::App* migrate_cmd = gpumigrate::cli::AddMigrateCommand(app, migrate);
-  gpumigrate::cli::ReceiveFlags receive;
-  CLI::App* receive_cmd = gpumigrate::cli::AddReceiveCommand(app, receive);
-  gpumigrate::cli::HeldFlags held;
-  CLI::App* resume_cmd = gpumigrate::cli::AddResumeCommand(app, held);
-  CLI::App* release_cmd = gpumigrate::cli::AddReleaseCommand(app, held);
-  gpumigrate::cli::CheckpointFlags checkpoint;
-  CLI::App* checkpoint_cmd = gpumigrate::cli::AddCheckpointCommand(app, checkpoint);
-  gpumigrate::cli::RestoreFlags restore;
-  CLI::App* restore_cmd = gpumigrate::cli::AddRestoreCommand(app, restore);
-  gpumigrate::cli::PlanFlags plan;
-  CLI::App* plan_cmd = gpumigrate::cli::AddPlanCommand(app, plan);
-  gpumigrate::cli::InventoryFlags inventory;
-  CLI::App* inventory_cmd = gpumigrate::cli::AddInventoryCommand(app, inventory);
-  gpumigrate::cli::CudaFlags cuda;
-  CLI::App* cuda_cmd = gpumigrate::cli::AddCudaCommand(app, cuda);
-  gpumigrate::cli::CalibrateFlags calibrate;
-  CLI::App* calibrate_cmd = gpumigrate::cli::AddCalibrateCommand(app, calibrate);
-
-  gpumigrate::cli::AgentFlags agent;
-  CLI::App* agent_cmd = gpumigrate::cli::AddAgentCommand(app, agent);
-  gpumigrate::cli::AgentCallFlags agent_call;
-  CLI::App* agent_call_cmd = gpumigrate::cli::AddAgentCallCommand(app, agent_call);
-
-  gpumigrate::cli::EvacuateFlags evacuate;
-  CLI::App* evacuate_cmd = gpumigrate::cli::AddEvacuateCommand(app, evacuate);
-  gpumigrate::cli::StatusFlags status;
-  CLI::App* status_cmd = gpumigrate::cli::AddStatusCommand(app, status);
-  gpumigrate::cli::ContentStoreFlags content_store;
-  CLI::App* content_store_cmd = gpumigrate::cli::AddContentStoreCommand(app, content_store);
-
-  std::string help_topic;
-  CLI::App* help_cmd = app.add_subcommand("help", "Describe a command and every option it takes");
-  help_cmd->add_option("command", help_topic, "The command to describe");
-
+// The exit code when the command line ends the run here (an unknown command, a
+// parse error, --help or --version); nullopt when a command is to run.
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   if (IsUnknownCommand(app, argc, argv)) {
     Print(stderr, "gpumigrate: unknown command '{}'; the commands are: {} (gpumigrate --help describes them)\n",
                argv[1], CommandNames(app));
@@ -140,9 +160,11 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
+  return std::nullopt;
+}
 
-  if (*help_cmd) return PrintHelp(app, help_topic);
-
+// SIGINT and SIGTERM cancel the command cleanly (OnSignal); SIGPIPE is ignored.
+void InstallSignalHandlers() {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   // A reader of our stdout or stderr that goes away (`| head`, a log shipper
@@ -150,22 +172,43 @@ int main(int argc, char** argv) {
   // would stay paused. Writes to it fail with EPIPE instead and are dropped;
   // sockets already send with MSG_NOSIGNAL for library users (issue 19).
   std::signal(SIGPIPE, SIG_IGN);
-  if (*demo_cmd) return gpumigrate::cli::RunDemo(demo, g_cancel);
-  if (*estimate_cmd) return gpumigrate::cli::RunEstimate(estimate);
-  if (*calibrate_cmd) return gpumigrate::cli::RunCalibrate(calibrate);
-  if (*migrate_cmd) return gpumigrate::cli::RunMigrate(migrate, g_cancel);
-  if (*receive_cmd) return gpumigrate::cli::RunReceive(receive, g_cancel);
-  if (*resume_cmd) return gpumigrate::cli::RunHeld(held, false);
-  if (*release_cmd) return gpumigrate::cli::RunHeld(held, true);
-  if (*checkpoint_cmd) return gpumigrate::cli::RunCheckpoint(checkpoint, g_cancel);
-  if (*restore_cmd) return gpumigrate::cli::RunRestore(restore, g_cancel);
-  if (*plan_cmd) return gpumigrate::cli::RunPlan(plan);
-  if (*inventory_cmd) return gpumigrate::cli::RunInventory(inventory);
-  if (*cuda_cmd) return gpumigrate::cli::RunCuda(cuda);
-  if (*agent_cmd) return gpumigrate::cli::RunAgent(agent, g_cancel);
-  if (*agent_call_cmd) return gpumigrate::cli::RunAgentCall(agent_call);
-  if (*status_cmd) return gpumigrate::cli::RunStatus(status, g_cancel);
-  if (*evacuate_cmd) return gpumigrate::cli::RunEvacuate(evacuate, g_cancel);
-  if (*content_store_cmd) return gpumigrate::cli::RunContentStore(content_store);
+}
+
+// Runs the one command the parse chose.
+int RunChosenCommand(CliCommandSet& c) {
+  if (*c.demo_cmd) return gpumigrate::cli::RunDemo(c.demo, g_cancel);
+  if (*c.estimate_cmd) return gpumigrate::cli::RunEstimate(c.estimate);
+  if (*c.calibrate_cmd) return gpumigrate::cli::RunCalibrate(c.calibrate);
+  if (*c.migrate_cmd) return gpumigrate::cli::RunMigrate(c.migrate, g_cancel);
+  if (*c.receive_cmd) return gpumigrate::cli::RunReceive(c.receive, g_cancel);
+  if (*c.resume_cmd) return gpumigrate::cli::RunHeld(c.held, false);
+  if (*c.release_cmd) return gpumigrate::cli::RunHeld(c.held, true);
+  if (*c.checkpoint_cmd) return gpumigrate::cli::RunCheckpoint(c.checkpoint, g_cancel);
+  if (*c.restore_cmd) return gpumigrate::cli::RunRestore(c.restore, g_cancel);
+  if (*c.plan_cmd) return gpumigrate::cli::RunPlan(c.plan);
+  if (*c.inventory_cmd) return gpumigrate::cli::RunInventory(c.inventory);
+  if (*c.cuda_cmd) return gpumigrate::cli::RunCuda(c.cuda);
+  if (*c.agent_cmd) return gpumigrate::cli::RunAgent(c.agent, g_cancel);
+  if (*c.agent_call_cmd) return gpumigrate::cli::RunAgentCall(c.agent_call);
+  if (*c.status_cmd) return gpumigrate::cli::RunStatus(c.status, g_cancel);
+  if (*c.evacuate_cmd) return gpumigrate::cli::RunEvacuate(c.evacuate, g_cancel);
+  if (*c.content_store_cmd) return gpumigrate::cli::RunContentStore(c.content_store);
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gpumigrate: live migration and checkpointing of GPU-attached VMs.\n"
+      "Pre-copies GPU memory while the VM runs, re-sends what changed round by round,\n"
+      "then stops it for a short, measured stun.",
+      "gpumigrate"};
+  SetTopLevelOptions(app);
+  CliCommandSet commands;
+  AddAllCommands(app, commands);
+  if (std::optional<int> rc = ParseCommandLine(app, argc, argv)) return *rc;
+  if (*commands.help_cmd) return PrintHelp(app, commands.help_topic);
+  InstallSignalHandlers();
+  return RunChosenCommand(commands);
 }

@@ -9,6 +9,7 @@
 #include "cli/estimate_command.h"
 #include "cli/estimate_plot.h"
 #include "cli/gnuplot.h"
+#include "cli/path_calibration.h"
 #include "cli/print.h"
 #include "cli/qemu_hook.h"
 #include "gpumigrate/calibration.h"
@@ -140,7 +141,9 @@ int RunQemuEstimate(const EstimateFlags& f) {
   // The device's rounds go the path `migrate --qemu` takes (its transport,
   // streams and codec, between two processes), measured while this VM runs
   // beside it as it will during the migration: not the in-process pipeline.
-  if (Status s = AttachPathCalibration(f.transport, f.streams, f.device, *opts); !s.ok()) return Fail(1, s);
+  if (Status s = AttachPathCalibration(f.transport, f.streams, f.device, *opts, PathPrograms("estimate")); !s.ok()) {
+    return Fail(1, s);
+  }
   Print(stderr, "observing {} and QEMU {} for {} (after {} warm-up)...\n", dev->device->Describe(),
         (*qmp)->socket_path(), f.sample, f.warmup);
   std::this_thread::sleep_for(*warmup);

@@ -13,12 +13,6 @@
 
 namespace gpumigrate::cli {
 
-// One data stream per core (at least 2, at most 8): each has its own sending thread.
-inline uint32_t DefaultStreams() {
-  unsigned n = std::thread::hardware_concurrency();
-  return n < 2 ? 2 : (n > 8 ? 8 : n);
-}
-
 // What the operator allows, as `migrate`, `demo`, `checkpoint` and `estimate`
 // take it: one set of flags, its defaults those of the engine (switchover.h).
 struct LimitFlags {

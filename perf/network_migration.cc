@@ -251,6 +251,101 @@ Floor RawTcpFloor(uint64_t bytes, uint32_t streams) {
   return f;
 }
 
+// The sim's bf16 weights as a file, e.g. to back a QEMU guest's RAM with the same bytes.
+int WriteBf16(const std::string& path, uint64_t size) {
+  SimSpec spec = *ParseSimSpec(fmt::format("sim:size={},static=1,kv=0,hot=0,kv_rate=0", size));
+  auto dev = *SimDevice::Create(spec, SimRole::kSource);
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return 1;
+  std::vector<std::byte> buf(1 << 20);
+  const RegionInfo& w = dev->Regions()[0];
+  for (uint64_t off = 0; off < w.size_bytes; off += buf.size()) {
+    uint64_t n = std::min<uint64_t>(buf.size(), w.size_bytes - off);
+    (void)dev->Read(w.id, off, std::span(buf).first(n));
+    std::fwrite(buf.data(), 1, n, f);
+  }
+  std::fclose(f);
+  return 0;
+}
+
+// --floors-only: the raw and encrypted floors and the sim's read rate, a line
+// each; 1 when a floor moved nothing.
+int PrintFloors(uint64_t size, uint32_t streams) {
+  const Floor raw = RawTcpFloor(size, streams);
+  const Floor enc = EncryptedTcp(size, streams);
+  for (const auto& [name, f] : {std::pair{"raw_loopback_tcp", raw}, std::pair{"encrypted_loopback_tcp", enc}}) {
+    fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", name}, {"bytes", size}, {"streams", streams},
+                                              {"bytes_per_s", f.bytes_per_s}, {"cpu_s", f.cpu_s},
+                                              {"cpu_s_per_gb", f.cpu_s * 1e9 / static_cast<double>(size)}}
+                             .dump());
+  }
+  for (bool noise : {false, true}) {
+    fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "sim_read"}, {"data", noise ? "noise" : "bf16"},
+                                              {"per_core_bytes_per_s", SimReadRate(noise)}}
+                             .dump());
+  }
+  return raw.bytes_per_s > 0 && enc.bytes_per_s > 0 ? 0 : 1;
+}
+
+// Warm-up: the first migration in a process pays one-time costs (generator
+// tables, allocator growth) that are not part of any configuration.
+void WarmUp() {
+  SimSpec spec = *ParseSimSpec("sim:size=64MiB,kv_rate=0,hot=64KiB");
+  auto src = *SimDevice::Create(spec, SimRole::kSource);
+  auto dst = *SimDevice::Create(spec, SimRole::kDestination);
+  LocalMigrationOptions opt;
+  (void)MigrateOverLoopback(*src, *dst, opt, false, nullptr);
+}
+
+// One configuration of the loopback migration.
+struct Case {
+  const char* data;
+  const char* security;
+  const char* codec;
+};
+
+// Migrates one configuration over loopback and prints its line beside the raw
+// TCP floor (`raw`, bytes/s). False after printing the migration's error.
+bool RunCase(const Case& c, uint64_t size, uint32_t streams, double raw) {
+  LocalMigrationOptions opt;
+  opt.data_streams = streams;
+  opt.source.codec = *ParseCodecChoice(c.codec);
+  opt.source.downtime_target = std::chrono::seconds(10);
+  std::string security;
+  LocalMigrationResult res;
+  if (std::string(c.data) == "bf16") {
+    SimSpec spec = *ParseSimSpec(fmt::format("sim:size={},static=0.9,kv=0.05,kv_rate=0,hot=64KiB", size));
+    auto src = *SimDevice::Create(spec, SimRole::kSource);
+    auto dst = *SimDevice::Create(spec, SimRole::kDestination);
+    res = MigrateOverLoopback(*src, *dst, opt, std::string(c.security) == "tls", &security);
+  } else {
+    NoiseDevice src(size, true), dst(size, false);
+    res = MigrateOverLoopback(src, dst, opt, std::string(c.security) == "tls", &security);
+  }
+  const MigrationReport& r = res.source;
+  if (r.outcome != Outcome::kCompleted) {
+    fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "migration"}, {"error", r.status.message()}}.dump());
+    return false;
+  }
+  const RoundReport& r0 = r.rounds.front();
+  double secs = r0.ms / 1e3;
+  fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "loopback_migration"},
+                                            {"data", c.data},
+                                            {"security", c.security},
+                                            {"codec", c.codec},
+                                            {"streams", streams},
+                                            {"raw_bytes", r0.raw_bytes},
+                                            {"wire_bytes", r0.bytes},
+                                            {"raw_bytes_per_s", static_cast<double>(r0.raw_bytes) / secs},
+                                            {"wire_bytes_per_s", static_cast<double>(r0.bytes) / secs},
+                                            {"floor_raw_tcp_bytes_per_s", raw},
+                                            {"peer_qemu", "perf/run qemu moves the same bytes with QEMU"},
+                                            {"compression_ratio", r.compression_ratio}}
+                         .dump());
+  std::fflush(stdout);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,92 +364,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!write_bf16.empty()) {
-    // The sim's bf16 weights as a file, e.g. to back a QEMU guest's RAM with the same bytes.
-    SimSpec spec = *ParseSimSpec(fmt::format("sim:size={},static=1,kv=0,hot=0,kv_rate=0", size));
-    auto dev = *SimDevice::Create(spec, SimRole::kSource);
-    FILE* f = std::fopen(write_bf16.c_str(), "wb");
-    if (f == nullptr) return 1;
-    std::vector<std::byte> buf(1 << 20);
-    const RegionInfo& w = dev->Regions()[0];
-    for (uint64_t off = 0; off < w.size_bytes; off += buf.size()) {
-      uint64_t n = std::min<uint64_t>(buf.size(), w.size_bytes - off);
-      (void)dev->Read(w.id, off, std::span(buf).first(n));
-      std::fwrite(buf.data(), 1, n, f);
-    }
-    std::fclose(f);
-    return 0;
-  }
-  if (floors_only) {
-    const Floor raw = RawTcpFloor(size, streams);
-    const Floor enc = EncryptedTcp(size, streams);
-    for (const auto& [name, f] : {std::pair{"raw_loopback_tcp", raw}, std::pair{"encrypted_loopback_tcp", enc}}) {
-      fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", name}, {"bytes", size}, {"streams", streams},
-                                                {"bytes_per_s", f.bytes_per_s}, {"cpu_s", f.cpu_s},
-                                                {"cpu_s_per_gb", f.cpu_s * 1e9 / static_cast<double>(size)}}
-                               .dump());
-    }
-    for (bool noise : {false, true}) {
-      fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "sim_read"}, {"data", noise ? "noise" : "bf16"},
-                                                {"per_core_bytes_per_s", SimReadRate(noise)}}
-                               .dump());
-    }
-    return raw.bytes_per_s > 0 && enc.bytes_per_s > 0 ? 0 : 1;
-  }
-  // Warm-up: the first migration in a process pays one-time costs (generator
-  // tables, allocator growth) that are not part of any configuration.
-  {
-    SimSpec spec = *ParseSimSpec("sim:size=64MiB,kv_rate=0,hot=64KiB");
-    auto src = *SimDevice::Create(spec, SimRole::kSource);
-    auto dst = *SimDevice::Create(spec, SimRole::kDestination);
-    LocalMigrationOptions opt;
-    (void)MigrateOverLoopback(*src, *dst, opt, false, nullptr);
-  }
+  if (!write_bf16.empty()) return WriteBf16(write_bf16, size);
+  if (floors_only) return PrintFloors(size, streams);
+  WarmUp();
   double raw = RawTcp(size, streams);
   fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "raw_loopback_tcp"}, {"bytes", size}, {"streams", streams},
                                             {"bytes_per_s", raw}}
                          .dump());
-  struct Case { const char* data; const char* security; const char* codec; };
   const Case cases[] = {{"bf16", "tcp", "none"},  {"bf16", "tls", "none"},  {"bf16", "tcp", "zstd"},
                         {"bf16", "tls", "zstd"},  {"noise", "tcp", "none"}, {"noise", "tls", "none"},
                         {"noise", "tls", "zstd"}};
   for (const Case& c : cases) {
-    LocalMigrationOptions opt;
-    opt.data_streams = streams;
-    opt.source.codec = *ParseCodecChoice(c.codec);
-    opt.source.downtime_target = std::chrono::seconds(10);
-    std::string security;
-    LocalMigrationResult res;
-    if (std::string(c.data) == "bf16") {
-      SimSpec spec = *ParseSimSpec(fmt::format("sim:size={},static=0.9,kv=0.05,kv_rate=0,hot=64KiB", size));
-      auto src = *SimDevice::Create(spec, SimRole::kSource);
-      auto dst = *SimDevice::Create(spec, SimRole::kDestination);
-      res = MigrateOverLoopback(*src, *dst, opt, std::string(c.security) == "tls", &security);
-    } else {
-      NoiseDevice src(size, true), dst(size, false);
-      res = MigrateOverLoopback(src, dst, opt, std::string(c.security) == "tls", &security);
-    }
-    const MigrationReport& r = res.source;
-    if (r.outcome != Outcome::kCompleted) {
-      fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "migration"}, {"error", r.status.message()}}.dump());
-      return 1;
-    }
-    const RoundReport& r0 = r.rounds.front();
-    double secs = r0.ms / 1e3;
-    fmt::print("{}\n", nlohmann::ordered_json{{"benchmark", "loopback_migration"},
-                                              {"data", c.data},
-                                              {"security", c.security},
-                                              {"codec", c.codec},
-                                              {"streams", streams},
-                                              {"raw_bytes", r0.raw_bytes},
-                                              {"wire_bytes", r0.bytes},
-                                              {"raw_bytes_per_s", static_cast<double>(r0.raw_bytes) / secs},
-                                              {"wire_bytes_per_s", static_cast<double>(r0.bytes) / secs},
-                                              {"floor_raw_tcp_bytes_per_s", raw},
-                                              {"peer_qemu", "perf/run qemu moves the same bytes with QEMU"},
-                                              {"compression_ratio", r.compression_ratio}}
-                           .dump());
-    std::fflush(stdout);
+    if (!RunCase(c, size, streams, raw)) return 1;
   }
   return 0;
 }

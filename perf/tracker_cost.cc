@@ -62,6 +62,129 @@ Region Expose(const std::string& kind, size_t size) {
   return r;
 }
 
+// What every measurement of one kind of memory shares.
+struct Bench {
+  std::string kind;  // anon | memfd
+  uint64_t size = 0, page = 0, pages = 0;
+  double gib = 0;
+  int reps = 0;
+};
+
+// The peers and the floor over the same memory, in this run.
+struct Peers {
+  std::vector<double> hash_ms, copy_ms;
+};
+
+// Hashes (XXH3-64, page by page) and copies the region `reps` times, then prints
+// the peers' line.
+Peers MeasurePeers(const Bench& b, const Region& reg) {
+  Peers peers;
+  std::vector<std::byte> dst(b.size);
+  std::memset(dst.data(), 0, b.size);  // touch it: fresh memory costs far more than the copy
+  uint64_t sink = 0;
+  for (int i = 0; i < b.reps; ++i) {
+    auto t0 = SteadyClock::now();
+    for (uint64_t p = 0; p < b.pages; ++p) sink ^= XXH3_64bits(reg.mem + p * b.page, b.page);
+    auto t1 = SteadyClock::now();
+    std::memcpy(dst.data(), reg.mem, b.size);
+    auto t2 = SteadyClock::now();
+    peers.hash_ms.push_back(Ms(t1 - t0));
+    peers.copy_ms.push_back(Ms(t2 - t1));
+  }
+  dst = {};
+  nlohmann::ordered_json j;
+  j["bench"] = "tracker_cost";
+  j["memory"] = b.kind;
+  j["region_bytes"] = b.size;
+  j["xxh3_pages_ms"] = UpperMedian(peers.hash_ms);
+  j["xxh3_gb_per_s"] = static_cast<double>(b.size) / UpperMedian(peers.hash_ms) / 1e6;
+  j["memcpy_ms"] = UpperMedian(peers.copy_ms);
+  j["memcpy_gb_per_s"] = static_cast<double>(b.size) / UpperMedian(peers.copy_ms) / 1e6;
+  j["sink"] = sink & 1;
+  fmt::print("{}\n", j.dump());
+  return peers;
+}
+
+// One dirty fraction's reps: the writer's cost, the read-and-clear's and how
+// many reports were exact.
+struct FractionRuns {
+  std::vector<double> sync_ms, write_us;
+  uint64_t reported_ok = 0;
+};
+
+// `reps` times: writes n distinct pages (a random stride walk, a new `stamp`
+// each), then reads and clears the tracker. False after printing why a sync failed.
+bool RunFraction(const Bench& b, Region& reg, DirtyTracker* tr, uint64_t n, std::mt19937_64& rng, uint8_t& stamp,
+                 FractionRuns& out) {
+  for (int i = 0; i < b.reps; ++i) {
+    // n distinct pages: a random stride walk.
+    std::vector<uint64_t> which(n);
+    uint64_t start = rng() % b.pages, stride = (b.pages / std::max<uint64_t>(n, 1)) | 1;
+    for (uint64_t k = 0; k < n; ++k) which[k] = (start + k * stride) % b.pages;
+    auto w0 = SteadyClock::now();
+    stamp = static_cast<uint8_t>(stamp % 250 + 1);
+    (void)gm_shim_enter();
+    for (uint64_t p : which) reg.mem[p * b.page + 8] = static_cast<std::byte>(stamp);
+    gm_shim_leave();
+    auto w1 = SteadyClock::now();
+    DirtyBitmap bm(b.pages);
+    auto s0 = SteadyClock::now();
+    if (Status st = tr->Sync(0, bm); !st.ok()) {
+      fmt::print(stderr, "tracker_cost: sync: {}\n", st.message());
+      return false;
+    }
+    out.sync_ms.push_back(Ms(SteadyClock::now() - s0));
+    if (n > 0) out.write_us.push_back(Ms(w1 - w0) * 1e3 / static_cast<double>(n));
+    std::sort(which.begin(), which.end());
+    which.erase(std::unique(which.begin(), which.end()), which.end());
+    bool exact = bm.Count() == which.size();
+    for (uint64_t p : which) exact = exact && bm.Test(p);
+    out.reported_ok += exact ? 1 : 0;
+  }
+  return true;
+}
+
+// One tracker's start, then its read-and-clear at each dirty fraction, a line
+// each. 1 after printing why it failed, else 0.
+int MeasureTracker(const Bench& b, Region& reg, ProcTracking t, const Peers& peers, uint8_t& stamp) {
+  auto dev = ProcDevice::Connect(ProcSpec{getpid(), t, 0}, ProcRole::kSource);
+  if (!dev.ok()) {
+    fmt::print(stderr, "tracker_cost: {}\n", dev.status().message());
+    return 1;
+  }
+  DirtyTracker* tr = (*dev)->Tracker();
+  auto t0 = SteadyClock::now();
+  if (Status st = tr->Start(); !st.ok()) {
+    fmt::print(stderr, "tracker_cost: start: {}\n", st.message());
+    return 1;
+  }
+  double start_ms = Ms(SteadyClock::now() - t0);
+  std::mt19937_64 rng(42);
+  for (double frac : {0.0, 0.001, 0.01, 0.1}) {
+    const uint64_t n = static_cast<uint64_t>(static_cast<double>(b.pages) * frac);
+    FractionRuns runs;
+    if (!RunFraction(b, reg, tr, n, rng, stamp, runs)) return 1;
+    nlohmann::ordered_json j;
+    j["bench"] = "tracker_cost";
+    j["memory"] = b.kind;
+    j["tracker"] = (*dev)->TrackerName();
+    j["region_bytes"] = b.size;
+    j["dirty_fraction"] = frac;
+    j["dirty_pages"] = n;
+    j["read_and_clear_ms"] = UpperMedian(runs.sync_ms);
+    j["read_and_clear_ms_per_gib"] = UpperMedian(runs.sync_ms) / b.gib;
+    j["peer_xxh3_same_memory_ms"] = UpperMedian(peers.hash_ms);
+    j["floor_memcpy_same_memory_ms"] = UpperMedian(peers.copy_ms);
+    j["vs_hashing"] = UpperMedian(runs.sync_ms) / UpperMedian(peers.hash_ms);
+    if (!runs.write_us.empty()) j["writer_us_per_first_write"] = UpperMedian(runs.write_us);
+    j["start_ms"] = start_ms;
+    j["exact_reports"] = fmt::format("{}/{}", runs.reported_ok, b.reps);
+    fmt::print("{}\n", j.dump());
+  }
+  (void)tr->Stop();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -85,94 +208,12 @@ int main(int argc, char** argv) {
   // every write changes the page and hashing must see it.
   uint8_t stamp = 1;
   for (const std::string kind : {"anon", "memfd"}) {
+    const Bench b{kind, size, page, pages, gib, reps};
     Region reg = Expose(kind, size);
     // Peers and floor over the same memory, in this run.
-    std::vector<double> hash_ms, copy_ms;
-    std::vector<std::byte> dst(size);
-    std::memset(dst.data(), 0, size);  // touch it: fresh memory costs far more than the copy
-    uint64_t sink = 0;
-    for (int i = 0; i < reps; ++i) {
-      auto t0 = SteadyClock::now();
-      for (uint64_t p = 0; p < pages; ++p) sink ^= XXH3_64bits(reg.mem + p * page, page);
-      auto t1 = SteadyClock::now();
-      std::memcpy(dst.data(), reg.mem, size);
-      auto t2 = SteadyClock::now();
-      hash_ms.push_back(Ms(t1 - t0));
-      copy_ms.push_back(Ms(t2 - t1));
-    }
-    dst = {};
-    nlohmann::ordered_json peers;
-    peers["bench"] = "tracker_cost";
-    peers["memory"] = kind;
-    peers["region_bytes"] = size;
-    peers["xxh3_pages_ms"] = UpperMedian(hash_ms);
-    peers["xxh3_gb_per_s"] = static_cast<double>(size) / UpperMedian(hash_ms) / 1e6;
-    peers["memcpy_ms"] = UpperMedian(copy_ms);
-    peers["memcpy_gb_per_s"] = static_cast<double>(size) / UpperMedian(copy_ms) / 1e6;
-    peers["sink"] = sink & 1;
-    fmt::print("{}\n", peers.dump());
-
+    const Peers peers = MeasurePeers(b, reg);
     for (ProcTracking t : {ProcTracking::kPagemapScan, ProcTracking::kSyncWp, ProcTracking::kHash}) {
-      auto dev = ProcDevice::Connect(ProcSpec{getpid(), t, 0}, ProcRole::kSource);
-      if (!dev.ok()) {
-        fmt::print(stderr, "tracker_cost: {}\n", dev.status().message());
-        return 1;
-      }
-      DirtyTracker* tr = (*dev)->Tracker();
-      auto t0 = SteadyClock::now();
-      if (Status st = tr->Start(); !st.ok()) {
-        fmt::print(stderr, "tracker_cost: start: {}\n", st.message());
-        return 1;
-      }
-      double start_ms = Ms(SteadyClock::now() - t0);
-      std::mt19937_64 rng(42);
-      for (double frac : {0.0, 0.001, 0.01, 0.1}) {
-        const uint64_t n = static_cast<uint64_t>(static_cast<double>(pages) * frac);
-        std::vector<double> sync_ms, write_us;
-        uint64_t reported_ok = 0;
-        for (int i = 0; i < reps; ++i) {
-          // n distinct pages: a random stride walk.
-          std::vector<uint64_t> which(n);
-          uint64_t start = rng() % pages, stride = (pages / std::max<uint64_t>(n, 1)) | 1;
-          for (uint64_t k = 0; k < n; ++k) which[k] = (start + k * stride) % pages;
-          auto w0 = SteadyClock::now();
-          stamp = static_cast<uint8_t>(stamp % 250 + 1);
-          (void)gm_shim_enter();
-          for (uint64_t p : which) reg.mem[p * page + 8] = static_cast<std::byte>(stamp);
-          gm_shim_leave();
-          auto w1 = SteadyClock::now();
-          DirtyBitmap bm(pages);
-          auto s0 = SteadyClock::now();
-          if (Status st = tr->Sync(0, bm); !st.ok()) {
-            fmt::print(stderr, "tracker_cost: sync: {}\n", st.message());
-            return 1;
-          }
-          sync_ms.push_back(Ms(SteadyClock::now() - s0));
-          if (n > 0) write_us.push_back(Ms(w1 - w0) * 1e3 / static_cast<double>(n));
-          std::sort(which.begin(), which.end());
-          which.erase(std::unique(which.begin(), which.end()), which.end());
-          bool exact = bm.Count() == which.size();
-          for (uint64_t p : which) exact = exact && bm.Test(p);
-          reported_ok += exact ? 1 : 0;
-        }
-        nlohmann::ordered_json j;
-        j["bench"] = "tracker_cost";
-        j["memory"] = kind;
-        j["tracker"] = (*dev)->TrackerName();
-        j["region_bytes"] = size;
-        j["dirty_fraction"] = frac;
-        j["dirty_pages"] = n;
-        j["read_and_clear_ms"] = UpperMedian(sync_ms);
-        j["read_and_clear_ms_per_gib"] = UpperMedian(sync_ms) / gib;
-        j["peer_xxh3_same_memory_ms"] = UpperMedian(hash_ms);
-        j["floor_memcpy_same_memory_ms"] = UpperMedian(copy_ms);
-        j["vs_hashing"] = UpperMedian(sync_ms) / UpperMedian(hash_ms);
-        if (!write_us.empty()) j["writer_us_per_first_write"] = UpperMedian(write_us);
-        j["start_ms"] = start_ms;
-        j["exact_reports"] = fmt::format("{}/{}", reported_ok, reps);
-        fmt::print("{}\n", j.dump());
-      }
-      (void)tr->Stop();
+      if (int rc = MeasureTracker(b, reg, t, peers, stamp); rc != 0) return rc;
     }
     gm_shim_shutdown();
     if (reg.map != nullptr) munmap(reg.map, size);

@@ -311,6 +311,104 @@ int HandleCuda(Session& s, w::Msg type, std::span<const std::byte> payload) {
   return gpumigrate::shimcuda::Handle(s.sock, type, writable, payload, CudaRefs());
 }
 
+// Source: lets a paused (or held) workload run on, unless it was released.
+// `lk` holds sh.mu.
+int Resume(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  if (sh.released) {
+    lk.unlock();
+    return ReplyError(s, w::Msg::kResume, ESHUTDOWN,
+                      "the workload was released (migrated away); it cannot resume here");
+  }
+  sh.paused = false;
+  sh.held = false;
+  sh.cv.notify_all();
+  lk.unlock();
+  return Reply(s, w::Msg::kResume);
+}
+
+// Source: keeps a paused workload paused should the engine go away (past STOP).
+// `lk` holds sh.mu.
+int Hold(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  if (!sh.paused) {
+    lk.unlock();
+    return ReplyError(s, w::Msg::kHold, EINVAL, "hold needs a paused workload");
+  }
+  sh.held = true;
+  lk.unlock();
+  return Reply(s, w::Msg::kHold);
+}
+
+// Source: the application's state blob from its save callback, only while
+// paused. `lk` holds sh.mu.
+int SaveState(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  if (!sh.paused) {
+    lk.unlock();
+    return ReplyError(s, w::Msg::kSaveState, EINVAL, "state can only be saved while the workload is paused");
+  }
+  std::vector<std::byte> blob;
+  if (sh.save != nullptr) {
+    void* p = nullptr;
+    long n = sh.save(sh.save_ctx, &p);
+    if (n < 0) {
+      lk.unlock();
+      return ReplyError(s, w::Msg::kSaveState, static_cast<int>(-n), "the application's save callback failed");
+    }
+    if (p != nullptr) {
+      blob.assign(static_cast<std::byte*>(p), static_cast<std::byte*>(p) + n);
+      std::free(p);
+    }
+  }
+  lk.unlock();
+  return Reply(s, w::Msg::kSaveState, blob);
+}
+
+// Source, after a completed migration, before release: the next tenant of this
+// memory must not read the workload's data. Only while it cannot write. `lk`
+// holds sh.mu.
+int Scrub(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  if (!sh.paused || sh.released) {
+    lk.unlock();
+    return ReplyError(s, w::Msg::kScrub, EBUSY,
+                      "the workload is not paused: its memory is zeroed only once it is stopped");
+  }
+  ZeroRegions();
+  lk.unlock();
+  Log("scrubbed: every region zeroed");
+  return Reply(s, w::Msg::kScrub);
+}
+
+// Destination: the migrated workload may start here once the GPU work landed.
+// `lk` holds sh.mu.
+int StartAdopted(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  if (std::string e = gpumigrate::shimcuda::Synchronize(); !e.empty()) {
+    lk.unlock();
+    return ReplyError(s, w::Msg::kStart, EIO, "before adopting: " + e);
+  }
+  sh.adopted = true;
+  sh.cv.notify_all();
+  lk.unlock();
+  return Reply(s, w::Msg::kStart);
+}
+
+// Destination: forgets what arrived (zeroed memory, no state), unless adopted.
+// `lk` holds sh.mu.
+int Discard(Session& s, std::unique_lock<std::mutex>& lk) {
+  Shim& sh = S();
+  if (sh.adopted) {
+    lk.unlock();
+    return ReplyError(s, w::Msg::kDiscard, EINVAL, "already adopted: nothing to discard");
+  }
+  ZeroRegions();
+  sh.loaded.clear();
+  lk.unlock();
+  return Reply(s, w::Msg::kDiscard);
+}
+
 int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
   Shim& sh = S();
   auto type = static_cast<w::Msg>(h.type);
@@ -325,46 +423,13 @@ int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
       return Pause(s, lk);
     case w::Msg::kResume:
       if (!src) break;
-      if (sh.released) {
-        lk.unlock();
-        return ReplyError(s, type, ESHUTDOWN, "the workload was released (migrated away); it cannot resume here");
-      }
-      sh.paused = false;
-      sh.held = false;
-      sh.cv.notify_all();
-      lk.unlock();
-      return Reply(s, type);
+      return Resume(s, lk);
     case w::Msg::kHold:
       if (!src) break;
-      if (!sh.paused) {
-        lk.unlock();
-        return ReplyError(s, type, EINVAL, "hold needs a paused workload");
-      }
-      sh.held = true;
-      lk.unlock();
-      return Reply(s, type);
-    case w::Msg::kSaveState: {
+      return Hold(s, lk);
+    case w::Msg::kSaveState:
       if (!src) break;
-      if (!sh.paused) {
-        lk.unlock();
-        return ReplyError(s, type, EINVAL, "state can only be saved while the workload is paused");
-      }
-      std::vector<std::byte> blob;
-      if (sh.save != nullptr) {
-        void* p = nullptr;
-        long n = sh.save(sh.save_ctx, &p);
-        if (n < 0) {
-          lk.unlock();
-          return ReplyError(s, type, static_cast<int>(-n), "the application's save callback failed");
-        }
-        if (p != nullptr) {
-          blob.assign(static_cast<std::byte*>(p), static_cast<std::byte*>(p) + n);
-          std::free(p);
-        }
-      }
-      lk.unlock();
-      return Reply(s, type, blob);
-    }
+      return SaveState(s, lk);
     case w::Msg::kRelease:
       if (!src) break;
       sh.released = true;
@@ -374,17 +439,8 @@ int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
       Log("released: the workload now runs on the destination");
       return Reply(s, type);
     case w::Msg::kScrub:
-      // After a completed migration, before release: the next tenant of this
-      // memory must not read the workload's data. Only while it cannot write.
       if (!src) break;
-      if (!sh.paused || sh.released) {
-        lk.unlock();
-        return ReplyError(s, type, EBUSY, "the workload is not paused: its memory is zeroed only once it is stopped");
-      }
-      ZeroRegions();
-      lk.unlock();
-      Log("scrubbed: every region zeroed");
-      return Reply(s, type);
+      return Scrub(s, lk);
     case w::Msg::kLoadState:
       if (src) break;
       sh.loaded = std::move(payload);
@@ -392,24 +448,10 @@ int Handle(Session& s, const w::Header& h, std::vector<std::byte>& payload) {
       return Reply(s, type);
     case w::Msg::kStart:
       if (src) break;
-      if (std::string e = gpumigrate::shimcuda::Synchronize(); !e.empty()) {
-        lk.unlock();
-        return ReplyError(s, type, EIO, "before adopting: " + e);
-      }
-      sh.adopted = true;
-      sh.cv.notify_all();
-      lk.unlock();
-      return Reply(s, type);
+      return StartAdopted(s, lk);
     case w::Msg::kDiscard:
       if (src) break;
-      if (sh.adopted) {
-        lk.unlock();
-        return ReplyError(s, type, EINVAL, "already adopted: nothing to discard");
-      }
-      ZeroRegions();
-      sh.loaded.clear();
-      lk.unlock();
-      return Reply(s, type);
+      return Discard(s, lk);
     default:
       lk.unlock();
       return ReplyError(s, type, EPROTO, "unknown request " + std::to_string(h.type));

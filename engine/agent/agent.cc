@@ -29,7 +29,7 @@ struct Agent::Job {
   std::string kind;   // "migrate", "receive", "start-replica", "drain"
   std::string vm;
   VmRecord record;    // the VM it moves or starts
-  std::string state = "running";  // running, completed, failed, in-doubt, lost
+  JobState state = JobState::kRunning;
   int64_t pid = 0;
   std::string token;
   std::optional<int> rc;
@@ -152,6 +152,58 @@ const std::map<std::string, std::string>& MigrateOptions() {
   return m;
 }
 
+// A child's --json report (its stdout), where it printed one.
+std::optional<Json> ReadJobReport(const std::string& path) {
+  std::ifstream out(path);
+  std::stringstream ss;
+  ss << out.rdbuf();
+  Json r = Json::parse(ss.str(), nullptr, false);
+  if (!r.is_discarded() && r.is_object()) return r;
+  return std::nullopt;
+}
+
+// Why a migration failed: its report's error where it printed one (the last
+// line of its stderr is often a progress line).
+std::string FailureReason(const Json& report, const std::string& last) {
+  return report.is_object() && report.contains("error") && report["error"].is_string() &&
+                 !report["error"].get<std::string>().empty()
+             ? report["error"].get<std::string>()
+             : last;
+}
+
+// The adopter a receiving device names ("adopt:NAME"), "" where it names none:
+// refused where this host configures no such adopter.
+Result<std::string> ReceiveAdopter(const std::string& device, const std::string& vm, const AgentConfig& config) {
+  std::string adopter;
+  if (device.rfind("adopt:", 0) == 0) {
+    adopter = device.substr(6);
+    if (!config.adopters.count(adopter)) {
+      std::string known;
+      for (const auto& [n, a] : config.adopters) known += (known.empty() ? "" : ", ") + n;
+      return FailedPrecondition(fmt::format("{} needs the adopter '{}', which {} does not configure ({})", vm,
+                                            adopter, config.host,
+                                            known.empty() ? "it configures none" : "it has " + known));
+    }
+  }
+  return adopter;
+}
+
+// The port a receiving child listens on, once it wrote it: 0 (or less) where it
+// ended first or the wait ran out.
+int WaitForListenPort(const std::string& port_file, const std::string& rc_file, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  int port = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream pf(port_file);
+    if (pf >> port && port > 0) break;
+    std::ifstream rcf(rc_file);
+    int code = 0;
+    if (rcf >> code) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return port;
+}
+
 }  // namespace
 
 Agent::Agent(AgentConfig config, AgentOptions options, std::unique_ptr<Launcher> launcher)
@@ -236,7 +288,10 @@ Status Agent::Load() {
       job->id = o.at("id").get<int64_t>();
       job->kind = o.at("kind").get<std::string>();
       job->vm = o.at("vm").get<std::string>();
-      job->state = o.at("state").get<std::string>();
+      const std::string state = o.at("state").get<std::string>();
+      const std::optional<JobState> known = ParseJobState(state);
+      if (!known) return bad(fmt::format("jobs: job {} has the unknown state '{}'", job->id, state));
+      job->state = *known;
       job->pid = o.at("pid").get<int64_t>();
       job->token = o.at("token").get<std::string>();
       if (o.contains("rc") && !o["rc"].is_null()) job->rc = o["rc"].get<int>();
@@ -259,7 +314,7 @@ Status Agent::Load() {
                                   jobs_.size()));
   for (const auto& [vm, why] : held_) findings_.push_back(fmt::format("{} is held: {}", vm, why));
   for (auto& job : jobs_) {
-    if (job->state != "running") continue;
+    if (job->state != JobState::kRunning) continue;
     if (job->pid == 0) {
       findings_.push_back(fmt::format("job {} ({} {}) was recorded but the agent stopped while starting it",
                                       job->id, job->kind, job->vm));
@@ -278,12 +333,12 @@ Status Agent::Load() {
 
 int Agent::RunningJobs() const {
   int n = 0;
-  for (const auto& j : jobs_) n += j->state == "running" && (j->kind == "migrate" || j->kind == "receive");
+  for (const auto& j : jobs_) n += j->state == JobState::kRunning && (j->kind == "migrate" || j->kind == "receive");
   return n;
 }
 
 Json Agent::JobJson(const Job& job) const {
-  Json j = {{"id", job.id}, {"kind", job.kind}, {"vm", job.vm}, {"state", job.state}};
+  Json j = {{"id", job.id}, {"kind", job.kind}, {"vm", job.vm}, {"state", JobStateName(job.state)}};
   j["rc"] = job.rc ? Json(*job.rc) : Json(nullptr);
   if (!job.detail.empty()) j["detail"] = job.detail;
   if (!job.to.empty()) j["to"] = job.to;
@@ -291,7 +346,7 @@ Json Agent::JobJson(const Job& job) const {
   if (!job.adopted_device.empty()) j["device"] = job.adopted_device;
   j["started_unix_ms"] = job.started_unix_ms;
   if (job.ended_unix_ms != 0) j["ended_unix_ms"] = job.ended_unix_ms;
-  if (job.state == "running") {
+  if (job.state == JobState::kRunning) {
     j["progress"] = LastLine(JobPath(job.id, "err"));
     // A migration's session phase, as its process last wrote it ("starting":
     // none yet; absent: unreadable, so the caller keeps what it knew).
@@ -335,7 +390,7 @@ void Agent::PollLocked() {
   launcher_->Reap();
   bool changed = false;
   for (auto& job : jobs_) {
-    if (job->state != "running" || job->pid == 0) continue;  // pid 0: being started, or lost at Load
+    if (job->state != JobState::kRunning || job->pid == 0) continue;  // pid 0: being started, or lost at Load
     if (options_.on_job_event && (job->kind == "migrate" || job->kind == "receive")) {
       std::ifstream pf(JobPath(job->id, "phase"));
       Json ph = Json::parse(pf, nullptr, false);
@@ -369,33 +424,22 @@ void Agent::PollLocked() {
 void Agent::Finish(Job& job, std::optional<int> rc) {
   job.rc = rc;
   job.ended_unix_ms = NowMs();
-  {
-    std::ifstream out(JobPath(job.id, "out"));
-    std::stringstream ss;
-    ss << out.rdbuf();
-    Json r = Json::parse(ss.str(), nullptr, false);
-    if (!r.is_discarded() && r.is_object()) job.report = r;
-  }
+  if (std::optional<Json> r = ReadJobReport(JobPath(job.id, "out"))) job.report = *r;
   const std::string last = LastLine(JobPath(job.id, "err"));
-  // Why a migration failed: its report's error where it printed one (the last
-  // line of its stderr is often a progress line).
-  const std::string why = job.report.is_object() && job.report.contains("error") && job.report["error"].is_string() &&
-                                  !job.report["error"].get<std::string>().empty()
-                              ? job.report["error"].get<std::string>()
-                              : last;
+  const std::string why = FailureReason(job.report, last);
   auto remove_vm = [&] {
     std::erase_if(vms_, [&](const VmRecord& v) { return v.name == job.vm; });
   };
   if (job.kind == "migrate") {
     if (rc == 0) {
-      job.state = "completed";
+      job.state = JobState::kCompleted;
       job.detail = fmt::format("{} runs at {} now", job.vm, job.to);
       remove_vm();
     } else if (rc == 1 || rc == 2 || rc == 126 || rc == 127) {  // 126/127: the shell could not run it
-      job.state = "failed";
+      job.state = JobState::kFailed;
       job.detail = fmt::format("rolled back, {} runs here: {}", job.vm, why);
     } else {
-      job.state = rc ? "in-doubt" : "lost";
+      job.state = rc ? JobState::kInDoubt : JobState::kLost;
       job.detail = rc ? fmt::format("in doubt (exit {}): {}", *rc, why)
                       : "the migrating process ended without an exit status (killed?)";
       held_[job.vm] = fmt::format("job {}: {}; resolve with `gpumigrate resume` or `release` on the source, then "
@@ -406,7 +450,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
     const bool verified = job.report.is_object() && job.report.value("verified", false);
     if (!job.adopted_device.empty()) job.record.device = job.adopted_device;  // the VM's process here
     if (rc == 0 && verified) {
-      job.state = "completed";
+      job.state = JobState::kCompleted;
       job.detail = fmt::format("{} received and verified{}", job.vm,
                                job.adopted_device.empty() ? "" : ", adopted by " + job.adopted_device);
       remove_vm();
@@ -415,7 +459,7 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       // In doubt, or vanished: this host may hold the verified state, stopped.
       // Kept and held, so the VM is never listed nowhere: an operator resolves
       // it (gone, when the source ran on).
-      job.state = rc ? "in-doubt" : "lost";
+      job.state = rc ? JobState::kInDoubt : JobState::kLost;
       job.detail = rc ? fmt::format("in doubt (exit 3): {}", why)
                       : "the receiving process ended without an exit status (killed?)";
       remove_vm();
@@ -424,14 +468,14 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
                                   "runs on)",
                                   job.id, job.detail);
     } else {
-      job.state = "failed";
+      job.state = JobState::kFailed;
       job.detail = fmt::format("nothing kept (exit {}{}): {}", *rc, rc == 0 ? ", not verified" : "", why);
       // The process that was to adopt it holds nothing: it goes too.
       if (job.adopter_pid != 0) launcher_->Kill(job.adopter_pid, job.adopter_token);
     }
   } else {  // a hook
     if (rc == 0) {
-      job.state = "completed";
+      job.state = JobState::kCompleted;
       if (job.kind == "drain" || job.kind == "power-off") {
         remove_vm();
       } else {
@@ -440,12 +484,13 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
       }
       job.detail = last;
     } else {
-      job.state = "failed";
+      job.state = JobState::kFailed;
       job.detail = rc ? fmt::format("hook exited {}: {}", *rc, last) : "the hook ended without an exit status";
     }
   }
   if (!job.cancel_reason.empty()) job.detail = fmt::format("{}; {}", job.cancel_reason, job.detail);
-  JobEvent(job, job.state, fmt::format("job {} ({} {}): {}: {}", job.id, job.kind, job.vm, job.state, job.detail));
+  const std::string ended(JobStateName(job.state));
+  JobEvent(job, ended, fmt::format("job {} ({} {}): {}: {}", job.id, job.kind, job.vm, ended, job.detail));
 }
 
 Json Agent::Inventory() const {
@@ -465,7 +510,7 @@ Json Agent::Inventory() const {
   }
   Json running = Json::array();
   for (const auto& j : jobs_) {
-    if (j->state == "running") running.push_back(JobJson(*j));
+    if (j->state == JobState::kRunning) running.push_back(JobJson(*j));
   }
   return {{"host", host}, {"groups", config_.groups}, {"vms", vms}, {"running", running},
           {"max_migrations", config_.max_migrations}};
@@ -484,7 +529,7 @@ Status Agent::FitsLocked(const VmRecord& rec) const {
     names.insert(v.name);
   }
   for (const auto& j : jobs_) {  // a drain's VM is already here; a migrate's leaves
-    if (j->state == "running" && (j->kind == "receive" || j->kind == "start-replica") && !names.count(j->vm)) {
+    if (j->state == JobState::kRunning && (j->kind == "receive" || j->kind == "start-replica") && !names.count(j->vm)) {
       all.push_back(&j->record);
     }
   }
@@ -533,7 +578,7 @@ Result<Agent::Job*> Agent::RecordLocked(std::unique_ptr<Job> job) {
 Status Agent::LaunchLocked(Job& j, const std::vector<std::string>& argv) {
   auto started = launcher_->Start(argv, JobPath(j.id, "out"), JobPath(j.id, "err"), JobPath(j.id, "rc"));
   if (!started.ok()) {
-    j.state = "failed";
+    j.state = JobState::kFailed;
     j.detail = std::string(started.status().message());
     j.rc = 127;
     j.ended_unix_ms = NowMs();
@@ -558,7 +603,7 @@ void Agent::JobEvent(const Job& j, const std::string& phase, const std::string& 
 Result<std::string> Agent::StartAdopter(std::unique_lock<std::mutex>& lock, Job& j, const std::string& name) {
   auto fail = [&](Status st) {
     if (j.adopter_pid != 0) launcher_->Kill(j.adopter_pid, j.adopter_token);
-    j.state = "failed";
+    j.state = JobState::kFailed;
     j.detail = std::string(st.message());
     j.ended_unix_ms = NowMs();
     (void)Save();
@@ -614,7 +659,7 @@ Result<Json> Agent::Receive(const Json& req) {
     if (v.name == rec.name) return FailedPrecondition(fmt::format("{} already runs here", rec.name));
   }
   for (const auto& j : jobs_) {
-    if (j->state == "running" && j->vm == rec.name) {
+    if (j->state == JobState::kRunning && j->vm == rec.name) {
       return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
     }
   }
@@ -625,17 +670,7 @@ Result<Json> Agent::Receive(const Json& req) {
   if (req.contains("placement")) rec.inventory["placement"] = req["placement"];
   GM_RETURN_IF_ERROR(FitsLocked(rec));
   std::string device = rec.receive_device.empty() ? rec.device : rec.receive_device;
-  std::string adopter;
-  if (device.rfind("adopt:", 0) == 0) {
-    adopter = device.substr(6);
-    if (!config_.adopters.count(adopter)) {
-      std::string known;
-      for (const auto& [n, a] : config_.adopters) known += (known.empty() ? "" : ", ") + n;
-      return FailedPrecondition(fmt::format("{} needs the adopter '{}', which {} does not configure ({})", rec.name,
-                                            adopter, config_.host,
-                                            known.empty() ? "it configures none" : "it has " + known));
-    }
-  }
+  GM_ASSIGN_OR_RETURN(const std::string adopter, ReceiveAdopter(device, rec.name, config_));
   // After the fit: "never fits here" tells a controller more than "busy now".
   if (RunningJobs() >= config_.max_migrations) {
     return Refuse(RefusalCode::kBusy, fmt::format("busy: {} of max_migrations {} running", RunningJobs(),
@@ -666,16 +701,7 @@ Result<Json> Agent::Receive(const Json& req) {
   GM_RETURN_IF_ERROR(LaunchLocked(jr, argv));
   // Wait for it to listen, without holding the agent.
   lock.unlock();
-  const auto deadline = std::chrono::steady_clock::now() + options_.port_wait;
-  int port = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream pf(port_file);
-    if (pf >> port && port > 0) break;
-    std::ifstream rcf(JobPath(jr.id, "rc"));
-    int code = 0;
-    if (rcf >> code) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const int port = WaitForListenPort(port_file, JobPath(jr.id, "rc"), options_.port_wait);
   lock.lock();
   if (port <= 0) {
     launcher_->Kill(jr.pid, jr.token);
@@ -684,7 +710,7 @@ Result<Json> Agent::Receive(const Json& req) {
                                    options_.port_wait.count(), LastLine(JobPath(jr.id, "err"))));
   }
   PollLocked();
-  if (jr.state != "running") {
+  if (jr.state != JobState::kRunning) {
     return Unavailable(fmt::format("the receiving process for {} ended at once: {}", rec.name, jr.detail));
   }
   jr.port = port;
@@ -705,7 +731,7 @@ Result<Json> Agent::Migrate(const Json& req) {
   if (rec == nullptr) return FailedPrecondition(fmt::format("{} does not run on {}", name, config_.host));
   if (held_.count(name)) return FailedPrecondition(fmt::format("{} is held: {}", name, held_.at(name)));
   for (const auto& j : jobs_) {
-    if (j->state == "running" && j->vm == name) {
+    if (j->state == JobState::kRunning && j->vm == name) {
       return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
     }
   }
@@ -744,7 +770,7 @@ Result<Json> Agent::Migrate(const Json& req) {
   if (!pace.empty()) {
     const std::string file = JobPath(started->id, "rate");
     if (Status w = WriteRateFile(file, pace); !w.ok()) {
-      started->state = "failed";
+      started->state = JobState::kFailed;
       started->detail = std::string(w.message());
       started->rc = 127;
       started->ended_unix_ms = NowMs();
@@ -773,7 +799,9 @@ Result<Json> Agent::Pace(const Json& req) {
   for (const auto& j : jobs_) {
     if (j->id != id) continue;
     if (j->kind != "migrate") return FailedPrecondition(fmt::format("job {} is a {}, not a migration", id, j->kind));
-    if (j->state != "running") return FailedPrecondition(fmt::format("job {} has ended ({})", id, j->state));
+    if (j->state != JobState::kRunning) {
+      return FailedPrecondition(fmt::format("job {} has ended ({})", id, JobStateName(j->state)));
+    }
     const std::string file = JobPath(id, "rate");
     if (!fs::exists(file)) return Refuse(RefusalCode::kNotPaced, fmt::format("job {} was not started paced", id));
     GM_RETURN_IF_ERROR(WriteRateFile(file, rate));
@@ -799,7 +827,7 @@ Result<Json> Agent::Cancel(const Json& req) {
       return FailedPrecondition(fmt::format("job {} is a {} hook; only a migrate or receive job can be cancelled", id,
                                             j->kind));
     }
-    if (j->state != "running") return Reply({{"job", id}, {"state", j->state}});  // ended already: nothing to do
+    if (j->state != JobState::kRunning) return Reply({{"job", id}, {"state", JobStateName(j->state)}});  // ended already: nothing to do
     j->cancel_reason = reason.empty() ? "cancelled" : "cancelled: " + reason;
     if (j->pid != 0) launcher_->Kill(j->pid, j->token);
     return Reply({{"job", id}, {"state", "cancelling"}});
@@ -848,7 +876,7 @@ Result<Json> Agent::RunHook(const Json& req, bool drain) {
   const std::vector<std::string>& cmd = drain ? h->second.drain : h->second.start_replica;
   if (cmd.empty()) return FailedPrecondition(fmt::format("group {} has no {} hook on {}", group, op, config_.host));
   for (const auto& j : jobs_) {
-    if (j->state == "running" && j->vm == rec.name) {
+    if (j->state == JobState::kRunning && j->vm == rec.name) {
       return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", rec.name, j->id, j->kind));
     }
   }
@@ -880,7 +908,7 @@ Result<Json> Agent::PowerOff(const Json& req) {
     return FailedPrecondition(fmt::format("{} has no power_off hook: an operator powers {} off", config_.host, name));
   }
   for (const auto& j : jobs_) {
-    if (j->state == "running" && j->vm == name) {
+    if (j->state == JobState::kRunning && j->vm == name) {
       return Refuse(RefusalCode::kVmInJob, fmt::format("{} is already in job {} ({})", name, j->id, j->kind));
     }
   }

@@ -76,6 +76,29 @@ Result<Json> CallAgent(const std::string& address, const TlsFiles& t, const Json
   return reply;
 }
 
+std::string_view JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kRunning:
+      return "running";
+    case JobState::kCompleted:
+      return "completed";
+    case JobState::kFailed:
+      return "failed";
+    case JobState::kInDoubt:
+      return "in-doubt";
+    case JobState::kLost:
+      break;
+  }
+  return "lost";
+}
+
+std::optional<JobState> ParseJobState(std::string_view name) {
+  for (JobState s : {JobState::kRunning, JobState::kCompleted, JobState::kFailed, JobState::kInDoubt, JobState::kLost}) {
+    if (name == JobStateName(s)) return s;
+  }
+  return std::nullopt;
+}
+
 std::string_view RefusalCodeName(RefusalCode code) {
   switch (code) {
     case RefusalCode::kBusy:

@@ -28,6 +28,83 @@ Result<std::vector<std::string>> ReadArgv(const planner::Json& obj, const std::s
   return argv;
 }
 
+// The groups: each goes to the planner's inventory without its hooks, which the agent keeps (cfg.hooks).
+Status ReadGroups(const planner::Json& root, planner::Json& inv, AgentConfig& cfg) {
+  const planner::Json& groups = planner::Get(root, "groups");
+  if (!groups.is_null() && !groups.is_array()) return KeyError("groups", "expected an array");
+  std::set<std::string> group_names;
+  for (size_t i = 0; groups.is_array() && i < groups.size(); ++i) {
+    const std::string gp = Index("groups", i);
+    const planner::Json& g = groups[i];
+    if (!g.is_object()) return KeyError(gp, "expected an object");
+    GM_ASSIGN_OR_RETURN(auto name, planner::Required(planner::ReadString(g, "name", gp), Child(gp, "name")));
+    if (!group_names.insert(name).second) return KeyError(Child(gp, "name"), fmt::format("group '{}' twice", name));
+    planner::Json entry = g;
+    entry.erase("hooks");
+    inv["groups"].push_back(entry);
+    cfg.groups.push_back(Json::parse(entry.dump()));
+    const planner::Json& hooks = planner::Get(g, "hooks");
+    GroupHooks h;
+    if (!hooks.is_null()) {
+      if (!hooks.is_object()) return KeyError(Child(gp, "hooks"), "expected an object with start_replica and drain");
+      GM_ASSIGN_OR_RETURN(h.start_replica, ReadArgv(hooks, "start_replica", Child(gp, "hooks")));
+      GM_ASSIGN_OR_RETURN(h.drain, ReadArgv(hooks, "drain", Child(gp, "hooks")));
+    }
+    cfg.hooks[name] = h;
+  }
+  return Status::Ok();
+}
+
+// The adopters: by name, the command that starts a process and the device that adopts it.
+Status ReadAdopters(const planner::Json& root, AgentConfig& cfg) {
+  const planner::Json& adopters = planner::Get(root, "adopters");
+  if (!adopters.is_null() && !adopters.is_object()) {
+    return KeyError("adopters", "expected an object: {\"NAME\": {\"command\": [...], \"device\": \"proc:{pid}\"}}");
+  }
+  for (auto it = adopters.begin(); adopters.is_object() && it != adopters.end(); ++it) {
+    const std::string ap = Child("adopters", it.key());
+    if (!it->is_object()) return KeyError(ap, "expected an object with \"command\" (and \"device\")");
+    Adopter a;
+    GM_ASSIGN_OR_RETURN(a.command, ReadArgv(*it, "command", ap));
+    if (a.command.empty()) return KeyError(Child(ap, "command"), "missing: the command that starts the process");
+    GM_ASSIGN_OR_RETURN(auto dev, planner::ReadString(*it, "device", ap));
+    if (dev) a.device = *dev;
+    if (a.device.find("{pid}") == std::string::npos) {
+      return KeyError(Child(ap, "device"), fmt::format("'{}' names no {{pid}} (the adopting process)", a.device));
+    }
+    cfg.adopters[it.key()] = std::move(a);
+  }
+  return Status::Ok();
+}
+
+// The VMs: their devices stay with the agent; the rest goes to the planner's inventory, on this host.
+Status ReadVms(const planner::Json& root, planner::Json& inv, AgentConfig& cfg) {
+  const planner::Json& vms = planner::Get(root, "vms");
+  if (!vms.is_null() && !vms.is_array()) return KeyError("vms", "expected an array");
+  for (size_t i = 0; vms.is_array() && i < vms.size(); ++i) {
+    const std::string vp = Index("vms", i);
+    const planner::Json& v = vms[i];
+    if (!v.is_object()) return KeyError(vp, "expected an object");
+    VmRecord rec;
+    GM_ASSIGN_OR_RETURN(rec.name, planner::Required(planner::ReadString(v, "name", vp), Child(vp, "name")));
+    GM_ASSIGN_OR_RETURN(rec.device, planner::Required(planner::ReadString(v, "device", vp), Child(vp, "device")));
+    if (rec.device.empty()) return KeyError(Child(vp, "device"), "is empty");
+    GM_ASSIGN_OR_RETURN(auto recv, planner::ReadString(v, "receive_device", vp));
+    rec.receive_device = recv.value_or("");
+    if (!planner::Get(v, "host").is_null()) {
+      return KeyError(Child(vp, "host"), "is given by the agent (this host); leave it out");
+    }
+    planner::Json entry = v;
+    entry.erase("device");
+    entry.erase("receive_device");
+    rec.inventory = Json::parse(entry.dump());
+    entry["host"] = cfg.host;
+    inv["vms"].push_back(entry);
+    cfg.vms.push_back(std::move(rec));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<AgentConfig> ParseAgentConfig(std::string_view json_text) {
@@ -52,69 +129,10 @@ Result<AgentConfig> ParseAgentConfig(std::string_view json_text) {
   // name the same keys as this file ("vms[2].placement: ...", "host" for hosts[0]).
   planner::Json inv = {{"version", 1}, {"hosts", planner::Json::array({host})},
                        {"groups", planner::Json::array()}, {"vms", planner::Json::array()}};
-  const planner::Json& groups = planner::Get(root, "groups");
-  if (!groups.is_null() && !groups.is_array()) return KeyError("groups", "expected an array");
-  std::set<std::string> group_names;
-  for (size_t i = 0; groups.is_array() && i < groups.size(); ++i) {
-    const std::string gp = Index("groups", i);
-    const planner::Json& g = groups[i];
-    if (!g.is_object()) return KeyError(gp, "expected an object");
-    GM_ASSIGN_OR_RETURN(auto name, planner::Required(planner::ReadString(g, "name", gp), Child(gp, "name")));
-    if (!group_names.insert(name).second) return KeyError(Child(gp, "name"), fmt::format("group '{}' twice", name));
-    planner::Json entry = g;
-    entry.erase("hooks");
-    inv["groups"].push_back(entry);
-    cfg.groups.push_back(Json::parse(entry.dump()));
-    const planner::Json& hooks = planner::Get(g, "hooks");
-    GroupHooks h;
-    if (!hooks.is_null()) {
-      if (!hooks.is_object()) return KeyError(Child(gp, "hooks"), "expected an object with start_replica and drain");
-      GM_ASSIGN_OR_RETURN(h.start_replica, ReadArgv(hooks, "start_replica", Child(gp, "hooks")));
-      GM_ASSIGN_OR_RETURN(h.drain, ReadArgv(hooks, "drain", Child(gp, "hooks")));
-    }
-    cfg.hooks[name] = h;
-  }
+  GM_RETURN_IF_ERROR(ReadGroups(root, inv, cfg));
   GM_ASSIGN_OR_RETURN(cfg.power_off, ReadArgv(root, "power_off", ""));
-  const planner::Json& adopters = planner::Get(root, "adopters");
-  if (!adopters.is_null() && !adopters.is_object()) {
-    return KeyError("adopters", "expected an object: {\"NAME\": {\"command\": [...], \"device\": \"proc:{pid}\"}}");
-  }
-  for (auto it = adopters.begin(); adopters.is_object() && it != adopters.end(); ++it) {
-    const std::string ap = Child("adopters", it.key());
-    if (!it->is_object()) return KeyError(ap, "expected an object with \"command\" (and \"device\")");
-    Adopter a;
-    GM_ASSIGN_OR_RETURN(a.command, ReadArgv(*it, "command", ap));
-    if (a.command.empty()) return KeyError(Child(ap, "command"), "missing: the command that starts the process");
-    GM_ASSIGN_OR_RETURN(auto dev, planner::ReadString(*it, "device", ap));
-    if (dev) a.device = *dev;
-    if (a.device.find("{pid}") == std::string::npos) {
-      return KeyError(Child(ap, "device"), fmt::format("'{}' names no {{pid}} (the adopting process)", a.device));
-    }
-    cfg.adopters[it.key()] = std::move(a);
-  }
-  const planner::Json& vms = planner::Get(root, "vms");
-  if (!vms.is_null() && !vms.is_array()) return KeyError("vms", "expected an array");
-  for (size_t i = 0; vms.is_array() && i < vms.size(); ++i) {
-    const std::string vp = Index("vms", i);
-    const planner::Json& v = vms[i];
-    if (!v.is_object()) return KeyError(vp, "expected an object");
-    VmRecord rec;
-    GM_ASSIGN_OR_RETURN(rec.name, planner::Required(planner::ReadString(v, "name", vp), Child(vp, "name")));
-    GM_ASSIGN_OR_RETURN(rec.device, planner::Required(planner::ReadString(v, "device", vp), Child(vp, "device")));
-    if (rec.device.empty()) return KeyError(Child(vp, "device"), "is empty");
-    GM_ASSIGN_OR_RETURN(auto recv, planner::ReadString(v, "receive_device", vp));
-    rec.receive_device = recv.value_or("");
-    if (!planner::Get(v, "host").is_null()) {
-      return KeyError(Child(vp, "host"), "is given by the agent (this host); leave it out");
-    }
-    planner::Json entry = v;
-    entry.erase("device");
-    entry.erase("receive_device");
-    rec.inventory = Json::parse(entry.dump());
-    entry["host"] = cfg.host;
-    inv["vms"].push_back(entry);
-    cfg.vms.push_back(std::move(rec));
-  }
+  GM_RETURN_IF_ERROR(ReadAdopters(root, cfg));
+  GM_RETURN_IF_ERROR(ReadVms(root, inv, cfg));
   auto checked = planner::ParseInventory(inv.dump());
   if (!checked.ok()) {
     std::string m(checked.status().message());

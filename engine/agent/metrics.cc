@@ -28,14 +28,9 @@ constexpr const char* kPhases[] = {"starting",         "handshake",        "roun
                                    "prepare-received", "prepared-sent",    "commit-received", "completed",
                                    "reconnecting",     "resumed"};
 
-}  // namespace
-
-std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t now_unix_ms) {
-  PromText p;
-  const Json& hj = inventory.contains("host") ? inventory["host"] : Json::object();
-  const std::string host = hj.value("name", "");
+// The host's own series: maintenance, VM counts, the migration limit and the migrations in flight.
+void HostSeries(PromText& p, const Json& inventory, const Json& hj, const Json& jobs, const std::string& host) {
   const PromLabels h = {{"host", host}};
-
   p.Family("gpumigrate_host_maintenance", "gauge", "1 while the host is in maintenance (it receives nothing)");
   p.Sample("gpumigrate_host_maintenance", h, hj.value("maintenance", false) ? 1 : 0);
   p.Family("gpumigrate_host_vms", "gauge", "VMs the host runs");
@@ -54,8 +49,10 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
   }
   p.Family("gpumigrate_host_migrations_in_flight", "gauge", "Migrations running now, by direction");
   for (const auto& [dir, n] : in_flight) p.Sample("gpumigrate_host_migrations_in_flight", {{"host", host}, {"direction", dir}}, n);
+}
 
-  // GPUs: the planner's own occupancy of this host's inventory.
+// GPUs: the planner's own occupancy of this host's inventory.
+void GpuSeries(PromText& p, const Json& inventory, const Json& hj, const std::string& host) {
   Json inv = {{"version", 1}, {"hosts", Json::array({hj})}, {"vms", Json::array()}};
   if (inventory.contains("groups")) inv["groups"] = inventory["groups"];
   if (inventory.contains("vms")) {
@@ -93,8 +90,10 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
     p.Sample("gpumigrate_gpu_passthrough_free", {{"host", host}, {"gpu", std::to_string(g.index)}},
              g.passthrough_used ? 0 : 1);
   }
+}
 
-  // Running migrations: one series per VM and direction.
+// Running migrations: one series per VM and direction.
+void RunningSeries(PromText& p, const Json& jobs, const std::string& host, int64_t now_unix_ms) {
   std::vector<const Json*> running;
   for (const auto& j : jobs) {
     if (IsMigration(j) && j.value("state", "") == "running") running.push_back(&j);
@@ -139,8 +138,10 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
                 const double now = static_cast<double>(now_unix_ms);
                 return started > 0 && now >= started ? Opt((now - started) / 1000) : std::nullopt;
               });
+}
 
-  // The last ended migration of each VM and direction: its stun, measured and predicted.
+// The last ended migration of each VM and direction: its stun, measured and predicted.
+void LastEndedSeries(PromText& p, const Json& jobs, const std::string& host) {
   std::map<std::pair<std::string, std::string>, const Json*> last;
   for (const auto& j : jobs) {
     if (IsMigration(j) && j.value("state", "") != "running" && j.contains("report") && j["report"].is_object()) {
@@ -164,8 +165,11 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
                {{"host", host}, {"vm", key.first}, {"direction", key.second}}, Num(r, "predicted_stun_ms") / 1000);
     }
   }
+}
 
-  // Counters over every job the agent's state holds.
+// Counters over every job the agent's state holds.
+void JobCounters(PromText& p, const Json& jobs, const std::string& host) {
+  const PromLabels h = {{"host", host}};
   std::map<std::pair<std::string, std::string>, int> outcomes;
   for (const char* dir : {"out", "in"}) {
     for (const char* o : {"completed", "failed", "in-doubt", "lost"}) outcomes[{dir, o}] = 0;
@@ -203,6 +207,19 @@ std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t 
   for (const auto& [key, n] : hooks) {
     p.Sample("gpumigrate_hooks_total", {{"host", host}, {"hook", key.first}, {"outcome", key.second}}, n);
   }
+}
+
+}  // namespace
+
+std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t now_unix_ms) {
+  PromText p;
+  const Json& hj = inventory.contains("host") ? inventory["host"] : Json::object();
+  const std::string host = hj.value("name", "");
+  HostSeries(p, inventory, hj, jobs, host);
+  GpuSeries(p, inventory, hj, host);
+  RunningSeries(p, jobs, host, now_unix_ms);
+  LastEndedSeries(p, jobs, host);
+  JobCounters(p, jobs, host);
   return p.text();
 }
 

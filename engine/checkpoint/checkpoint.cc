@@ -264,6 +264,49 @@ void SayTheFileFailed(CheckpointReport& rep, const std::string& path) {
   }
 }
 
+// The file's keys: with a key, the header says the file is encrypted and carries
+// the key's check, which a reader tests before it trusts the key.
+Result<ckpt::FileKeys> FileKeysFor(const CheckpointOptions& options, ckpt::FileHeader& fh) {
+  if (options.key) {
+    fh.flags |= ckpt::kFlagEncrypted;
+    auto check = ckpt::KeyCheck(*options.key, fh.file_id);
+    if (!check.ok()) return check.status();
+    fh.key_check = *check;
+  }
+  return ckpt::DeriveFileKeys(fh, options.key);
+}
+
+// What the manifest says of how the checkpoint was taken.
+void StampManifest(v1::CheckpointManifest& manifest, const CheckpointOptions& options, const std::string& fate) {
+  manifest.set_created_unix_ms(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::system_clock::now().time_since_epoch()).count()));
+  manifest.set_source_fate(fate);
+  manifest.set_live(!options.stop_first);
+  manifest.set_product_version(GPUMIGRATE_VERSION);
+}
+
+// The content store the checkpoint offers pages from (none: `content` stays
+// empty); the file's minor version says whether a reader needs one.
+Status OpenContentStore(Device& device, const CheckpointOptions& options, ckpt::FileHeader& fh,
+                        v1::CheckpointManifest& manifest, CheckpointReport& rep,
+                        std::unique_ptr<ContentFill>& content) {
+  if (!options.content_store.empty()) {
+    if (options.stop_first) {
+      return InvalidArgument("--content-store: a stop-and-copy checkpoint sends only a final round, which never "
+                             "offers pages by digest; take it live");
+    }
+    auto opened = ContentFill::Open(options.content_store, device.Regions(), {});
+    if (!opened.ok()) return opened.status().WithContext(fmt::format("content store {}", options.content_store));
+    content = std::move(*opened);
+    manifest.set_content_store(std::filesystem::absolute(options.content_store).string());
+    rep.content_store = options.content_store;
+    fh.minor = 1;  // readers before 1.1 would not know the file needs a store
+  } else {
+    fh.minor = 0;  // what every reader of major 1 reads
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const CheckpointOptions& options) {
@@ -288,37 +331,14 @@ CheckpointReport WriteCheckpoint(Device& device, const std::string& path, const 
   if (!options.base.empty()) {
     if (Status st = ContinueFromBase(device, options, fh, manifest, so, rep); !st.ok()) return fail(st);
   }
-  if (options.key) {
-    fh.flags |= ckpt::kFlagEncrypted;
-    auto check = ckpt::KeyCheck(*options.key, fh.file_id);
-    if (!check.ok()) return fail(check.status());
-    fh.key_check = *check;
-  }
-  auto keys = ckpt::DeriveFileKeys(fh, options.key);
+  auto keys = FileKeysFor(options, fh);
   if (!keys.ok()) return fail(keys.status());
   so.session_id = fh.chain_id;
   so.aes_key.reset();
   if (keys->frames.aes_gcm) so.aes_key = keys->frames.aes_key;
-  manifest.set_created_unix_ms(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::system_clock::now().time_since_epoch()).count()));
-  manifest.set_source_fate(rep.fate);
-  manifest.set_live(!options.stop_first);
-  manifest.set_product_version(GPUMIGRATE_VERSION);
+  StampManifest(manifest, options, rep.fate);
   std::unique_ptr<ContentFill> content;
-  if (!options.content_store.empty()) {
-    if (options.stop_first) {
-      return fail(InvalidArgument("--content-store: a stop-and-copy checkpoint sends only a final round, which never "
-                                  "offers pages by digest; take it live"));
-    }
-    auto opened = ContentFill::Open(options.content_store, device.Regions(), {});
-    if (!opened.ok()) return fail(opened.status().WithContext(fmt::format("content store {}", options.content_store)));
-    content = std::move(*opened);
-    manifest.set_content_store(std::filesystem::absolute(options.content_store).string());
-    rep.content_store = options.content_store;
-    fh.minor = 1;  // readers before 1.1 would not know the file needs a store
-  } else {
-    fh.minor = 0;  // what every reader of major 1 reads
-  }
+  if (Status st = OpenContentStore(device, options, fh, manifest, rep, content); !st.ok()) return fail(st);
 
   ckpt::FileSink sink(path);
   if (Status st = sink.Open(); !st.ok()) return fail(st);

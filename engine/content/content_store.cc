@@ -128,6 +128,78 @@ Status HashFile(const std::string& dir, const ContentStore::File& f, uint32_t id
   return Status::Ok();
 }
 
+// The stored index, where it reads and decodes: what may be reused. Why it
+// could not be is left in `rebuilt`.
+bool LoadOldIndex(const std::string& index_path, uint32_t page_size, DecodedContentIndex& old, std::string& rebuilt) {
+  std::error_code ec;
+  if (fs::exists(index_path, ec)) {
+    auto bytes = ReadWhole(index_path);
+    auto decoded = bytes.ok() ? DecodeContentIndex(*bytes, page_size) : Result<DecodedContentIndex>(bytes.status());
+    if (decoded.ok()) {
+      old = std::move(*decoded);
+      return true;
+    }
+    rebuilt = decoded.status().message();
+  }
+  return false;
+}
+
+// Every file's entries: an unchanged file's from the old index, a changed one's hashed again.
+Result<std::vector<ContentStore::Entry>> CollectEntries(const std::string& dir, const ContentStoreOptions& opt,
+                                                        const std::vector<ContentStore::File>& files,
+                                                        const std::vector<bool>& reuse, const DecodedContentIndex& old,
+                                                        std::map<std::string, uint32_t>& old_by_path,
+                                                        uint64_t to_hash, ContentStoreStats& st) {
+  std::vector<std::vector<ContentStore::Entry>> old_entries(old.files.size());
+  for (const ContentStore::Entry& e : old.entries) old_entries[e.file].push_back(e);
+  std::vector<ContentStore::Entry> entries;
+  for (size_t i = 0; i < files.size(); ++i) {
+    const uint32_t id = static_cast<uint32_t>(i);
+    if (reuse[i]) {
+      const uint32_t was = old_by_path[files[i].path];
+      for (ContentStore::Entry e : old_entries[was]) {
+        e.file = id;
+        entries.push_back(e);
+      }
+      continue;
+    }
+    GM_RETURN_IF_ERROR(HashFile(dir, files[i], id, opt.page_size, st, to_hash, opt, entries));
+  }
+  return entries;
+}
+
+// Sorts the entries by digest and keeps one per digest (the first file's, then page's).
+void SortDistinct(std::vector<ContentStore::Entry>& entries, ContentStoreStats& st) {
+  using Entry = ContentStore::Entry;
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    if (a.digest != b.digest) return a.digest < b.digest;
+    return a.file != b.file ? a.file < b.file : a.page < b.page;
+  });
+  auto last = std::unique(entries.begin(), entries.end(),
+                          [](const Entry& a, const Entry& b) { return a.digest == b.digest; });
+  st.duplicate_pages = static_cast<uint64_t>(entries.end() - last);
+  entries.erase(last, entries.end());
+  entries.shrink_to_fit();
+}
+
+// Writes the index atomically: a reader (another receive opening the store) sees the old index or the new.
+Status WriteIndexAtomically(const std::string& dir, const std::string& index_path, uint32_t page_size,
+                            const std::vector<ContentStore::File>& files,
+                            const std::vector<ContentStore::Entry>& entries) {
+  auto encoded = EncodeContentIndex(page_size, files, entries);
+  const std::string tmp = index_path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0 && ::write(fd, encoded.data(), encoded.size()) == static_cast<ssize_t>(encoded.size());
+  if (fd >= 0) ::close(fd);
+  ok = ok && ::rename(tmp.c_str(), index_path.c_str()) == 0;
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return Unavailable(fmt::format("content store {}: cannot write its index {}: {}", dir, index_path,
+                                   std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 const char* FillResultName(FillResult r) {
@@ -154,18 +226,7 @@ Result<std::unique_ptr<ContentStore>> ContentStore::Open(const std::string& dir,
 
   // The stored index, by file path: what may be reused.
   DecodedContentIndex old;
-  bool have_old = false;
-  std::error_code ec;
-  if (fs::exists(index_path, ec)) {
-    auto bytes = ReadWhole(index_path);
-    auto decoded = bytes.ok() ? DecodeContentIndex(*bytes, opt.page_size) : Result<DecodedContentIndex>(bytes.status());
-    if (decoded.ok()) {
-      old = std::move(*decoded);
-      have_old = true;
-    } else {
-      s->stats_.rebuilt = decoded.status().message();
-    }
-  }
+  const bool have_old = LoadOldIndex(index_path, opt.page_size, old, s->stats_.rebuilt);
   std::map<std::string, uint32_t> old_by_path;
   for (uint32_t i = 0; i < old.files.size(); ++i) old_by_path[old.files[i].path] = i;
 
@@ -196,48 +257,16 @@ Result<std::unique_ptr<ContentStore>> ContentStore::Open(const std::string& dir,
     s->stale_.assign(s->files_.size(), 0);
     return s;
   }
-  std::vector<std::vector<Entry>> old_entries(old.files.size());
-  for (const Entry& e : old.entries) old_entries[e.file].push_back(e);
-  std::vector<Entry> entries;
-  for (size_t i = 0; i < files.size(); ++i) {
-    const uint32_t id = static_cast<uint32_t>(i);
-    if (reuse[i]) {
-      const uint32_t was = old_by_path[files[i].path];
-      for (Entry e : old_entries[was]) {
-        e.file = id;
-        entries.push_back(e);
-      }
-      continue;
-    }
-    GM_RETURN_IF_ERROR(HashFile(dir, files[i], id, opt.page_size, st, to_hash, opt, entries));
-  }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
-    if (a.digest != b.digest) return a.digest < b.digest;
-    return a.file != b.file ? a.file < b.file : a.page < b.page;
-  });
-  auto last = std::unique(entries.begin(), entries.end(),
-                          [](const Entry& a, const Entry& b) { return a.digest == b.digest; });
-  st.duplicate_pages = static_cast<uint64_t>(entries.end() - last);
-  entries.erase(last, entries.end());
-  entries.shrink_to_fit();
+  GM_ASSIGN_OR_RETURN(std::vector<Entry> entries,
+                      CollectEntries(dir, opt, files, reuse, old, old_by_path, to_hash, st));
+  SortDistinct(entries, st);
 
   st.files = files.size();
   st.pages = entries.size();
   st.index_bytes_in_memory = entries.capacity() * sizeof(Entry);
   const bool changed = !have_old || st.files_hashed > 0 || old.files.size() != files.size();
   if (changed) {
-    auto encoded = EncodeContentIndex(opt.page_size, files, entries);
-    // Atomically: a reader (another receive opening the store) sees the old index or the new.
-    const std::string tmp = index_path + ".tmp";
-    int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    bool ok = fd >= 0 && ::write(fd, encoded.data(), encoded.size()) == static_cast<ssize_t>(encoded.size());
-    if (fd >= 0) ::close(fd);
-    ok = ok && ::rename(tmp.c_str(), index_path.c_str()) == 0;
-    if (!ok) {
-      ::unlink(tmp.c_str());
-      return Unavailable(fmt::format("content store {}: cannot write its index {}: {}", dir, index_path,
-                                     std::strerror(errno)));
-    }
+    GM_RETURN_IF_ERROR(WriteIndexAtomically(dir, index_path, opt.page_size, files, entries));
     st.index_written = true;
   }
   s->files_ = std::move(files);

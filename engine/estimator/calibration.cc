@@ -1,4 +1,5 @@
 #include "gpumigrate/calibration.h"
+#include "gpumigrate/path_calibration.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -121,6 +122,12 @@ std::chrono::nanoseconds StoredFixedCost(std::chrono::nanoseconds fallback) {
   auto cal = LoadStoredCalibration();
   if (!cal.ok()) return fallback;
   return std::chrono::nanoseconds(static_cast<int64_t>(cal->fixed_cost_ms * 1e6));
+}
+
+std::chrono::nanoseconds SwitchoverFixedCostFor(const std::optional<PathCalibration>& path,
+                                                std::chrono::nanoseconds fallback) {
+  if (path) return std::chrono::nanoseconds(static_cast<int64_t>(path->fixed_ms * 1e6));
+  return StoredFixedCost(fallback);
 }
 
 }  // namespace gpumigrate

@@ -21,12 +21,9 @@ double SampledRatio(const CodecSample& s, CodecKind k) {
   return c.compresses() ? s.*c.sampled_ratio : 1.0;
 }
 
-// Rates and costs from the path calibration (path_calibration.h): the round rate
-// measured across two processes with this transport, streams, codec and cap. The
-// codec's CPU cost is in that rate, so regions get their sampled ratios; when
-// uncapped the pipeline is CPU-bound and its raw rate holds, so the wire rate
-// scales with the calibration device's ratio over this device's.
-void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateReport& r) {
+// Each region's codec and its sampled ratio; returns the device's raw bytes over
+// its wire bytes.
+double ChoosePathCodecs(const EstimateOptions& o, EstimateReport& r) {
   double raw = 0, wire = 0;
   for (auto& rp : r.modelled.regions) {
     CodecKind k = ChooseRegionCodec(o.codec, rp.codecs, o.link_bytes_per_s);
@@ -36,9 +33,12 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
     raw += bytes;
     wire += bytes / rp.compression_ratio;
   }
-  const double ratio = wire > 0 ? raw / wire : 1.0;
-  const double scale = c.config.cap_bytes_per_s <= 0 && (c.wire_ratio > 1.001 || ratio > 1.001) ? c.wire_ratio / ratio
-                                                                                                 : 1.0;
+  return wire > 0 ? raw / wire : 1.0;
+}
+
+// The path's round and stun rates and costs as the model's parameters (the wire
+// rates scaled by `scale`), and the link the report names.
+void SetPathParams(const EstimateOptions& o, const PathCalibration& c, double scale, EstimateReport& r) {
   ModelParams& p = r.params;
   p.bandwidth_mid = c.bytes_per_s * scale;
   p.bandwidth_low = c.low_bytes_per_s * scale;
@@ -60,6 +60,12 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
                               o.link_bytes_per_s > 0 ? fmt::format(", capped as --link {} ({})", o.link_text,
                                                                    FormatRate(o.link_bytes_per_s))
                                                      : std::string());
+}
+
+// What the path calibration's rounds, stun and dirty-log sync assume, as the
+// report's assumptions.
+void PathAssumptions(const EstimateOptions& o, const PathCalibration& c, EstimateReport& r) {
+  const ModelParams& p = r.params;
   r.assumptions.push_back(fmt::format(
       "the path {} as measured {} ({} migrations between two processes of this host): round 0 lasts {:.0f} ms of "
       "startup plus its bytes at {}; each later round costs {:.1f} ms beyond its bytes at that rate",
@@ -77,6 +83,12 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
         "the stun's final sync and each round after round 0 take {:.1f} ms longer",
         r.modelled.sync_ms, c.final_sync_ms, p.path.sync_extra_ms));
   }
+}
+
+// Widens the ranges by this host's recorded run-to-run spread, when there is one
+// (else says they span the calibration's own runs only).
+void WidenBySpread(const EstimateOptions& o, const PathCalibration& c, double scale, EstimateReport& r) {
+  ModelParams& p = r.params;
   if (o.path_spread) {
     // The calibration's runs are back to back; migrations later on this host
     // strayed from them by this much: the ranges hold it.
@@ -97,6 +109,20 @@ void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateR
         "the ranges span the calibration's own runs only, measured back to back: fewer than 3 migrations on this "
         "host's paths of this kind are recorded, and a later run may stray further");
   }
+}
+
+// Rates and costs from the path calibration (path_calibration.h): the round rate
+// measured across two processes with this transport, streams, codec and cap. The
+// codec's CPU cost is in that rate, so regions get their sampled ratios; when
+// uncapped the pipeline is CPU-bound and its raw rate holds, so the wire rate
+// scales with the calibration device's ratio over this device's.
+void PathBandwidth(const EstimateOptions& o, const PathCalibration& c, EstimateReport& r) {
+  const double ratio = ChoosePathCodecs(o, r);
+  const double scale = c.config.cap_bytes_per_s <= 0 && (c.wire_ratio > 1.001 || ratio > 1.001) ? c.wire_ratio / ratio
+                                                                                                 : 1.0;
+  SetPathParams(o, c, scale, r);
+  PathAssumptions(o, c, r);
+  WidenBySpread(o, c, scale, r);
   if (scale != 1.0) {
     r.assumptions.push_back(fmt::format(
         "uncapped, the codec's CPU binds: the raw rate holds, so the wire rate is scaled by the calibration data's "
@@ -350,6 +376,87 @@ nlohmann::ordered_json RunJson(const ModelRun& m, bool beside) {
   return j;
 }
 
+// What bounds the target's pipeline, limit by limit.
+nlohmann::ordered_json TargetPipelineJson(const PipelineBound& b) {
+  nlohmann::ordered_json limits = nlohmann::ordered_json::array();
+  for (const auto& l : b.limits) {
+    limits.push_back({{"name", l.name}, {"raw_bytes_per_s", l.raw_bytes_per_s}, {"detail", l.detail}});
+  }
+  nlohmann::ordered_json j = {{"raw_bytes_per_s", b.raw_bytes_per_s},
+                              {"wire_bytes_per_s", b.wire_bytes_per_s},
+                              {"binds", b.binds},
+                              {"limits", limits}};
+  return j;
+}
+
+// Each modelled region: its geometry, codec, sampled ratios and dirty working set.
+nlohmann::ordered_json RegionsJson(const DeviceProfile& d) {
+  nlohmann::ordered_json regions = nlohmann::ordered_json::array();
+  for (const auto& rp : d.regions) {
+    nlohmann::ordered_json w = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < rp.dirty.window_s.size(); ++i) {
+      w.push_back({{"window_ms", rp.dirty.window_s[i] * 1e3},
+                   {"low_bytes", rp.dirty.low_bytes[i]},
+                   {"mid_bytes", rp.dirty.mid_bytes[i]},
+                   {"high_bytes", rp.dirty.high_bytes[i]}});
+    }
+    regions.push_back({{"id", rp.info.id},
+                       {"name", rp.info.name},
+                       {"size_bytes", rp.info.size_bytes},
+                       {"page_size", rp.info.page_size},
+                       {"hint", std::string(RegionHintName(rp.info.hint))},
+                       {"nonzero_fraction", rp.nonzero_fraction},
+                       {"held_fraction", rp.held_fraction},
+                       {"codec", rp.codec},
+                       {"compression_ratio", rp.compression_ratio},
+                       {"sampled_zstd_ratio", rp.codecs.zstd_ratio},
+                       {"sampled_zstd_bytes_per_s", rp.codecs.zstd_bytes_per_s},
+                       {"sampled_shuffle_ratio", rp.codecs.shuffle_ratio},
+                       {"sampled_shuffle_bytes_per_s", rp.codecs.shuffle_bytes_per_s},
+                       {"sampled_bf16_ratio", rp.codecs.bf16_ratio},
+                       {"sampled_bf16_bytes_per_s", rp.codecs.bf16_bytes_per_s},
+                       {"dirty_working_set", w}});
+  }
+  return regions;
+}
+
+// The memory beside the device as given, with what the mid run predicts for it.
+nlohmann::ordered_json BesideMemoryJson(const BesideMemory& b, const ModelRun& mid) {
+  nlohmann::ordered_json j = {{"name", b.name},
+                              {"bytes", std::llround(b.bytes)},
+                              {"dirty_bytes_per_s", b.dirty_bytes_per_s},
+                              {"dirty_window_s", b.dirty_window_s},
+                              {"page_bytes", b.page_bytes},
+                              {"link_share", b.link_share},
+                              {"predicted", BesideJson(mid)}};
+  return j;
+}
+
+// The path calibration modelled with (`r.path` is set), and the host's spread when
+// it widened the ranges.
+nlohmann::ordered_json PathCalibrationJson(const EstimateReport& r) {
+  const PathCalibration& c = *r.path;
+  nlohmann::ordered_json j = {{"key", c.config.Key()},
+                              {"file", DefaultPathCalibrationFile()},
+                              {"measured_at", c.measured_at},
+                              {"measured_now", r.path_measured_now},
+                              {"round_bytes_per_s", c.bytes_per_s},
+                              {"round0_startup_ms", c.round0_startup_ms},
+                              {"round_overhead_ms", c.round_overhead_ms},
+                              {"fixed_ms", c.fixed_ms},
+                              {"final_bytes_per_s", c.final_bytes_per_s},
+                              {"final_sync_ms", c.final_sync_ms},
+                              {"sync_extra_ms", r.params.path.sync_extra_ms}};
+  if (r.path_spread) {
+    const PathSpread& s = *r.path_spread;
+    j["spread"] = {{"observations", s.observations},
+                   {"pool", s.pool},
+                   {"round0_ratio", {s.round0_low, s.round0_high}},
+                   {"stun_ratio", {s.stun_low, s.stun_high}}};
+  }
+  return j;
+}
+
 }  // namespace
 
 std::string EstimateToJson(const EstimateReport& r) {
@@ -375,59 +482,15 @@ std::string EstimateToJson(const EstimateReport& r) {
                                 {"source", r.link_source}};
   j["link"] = r.link;
   j["pipeline_bytes_per_s"] = r.pipeline_bytes_per_s;
-  if (r.pipeline) {
-    nlohmann::ordered_json limits = nlohmann::ordered_json::array();
-    for (const auto& l : r.pipeline->limits) {
-      limits.push_back({{"name", l.name}, {"raw_bytes_per_s", l.raw_bytes_per_s}, {"detail", l.detail}});
-    }
-    j["target_pipeline"] = {{"raw_bytes_per_s", r.pipeline->raw_bytes_per_s},
-                            {"wire_bytes_per_s", r.pipeline->wire_bytes_per_s},
-                            {"binds", r.pipeline->binds},
-                            {"limits", limits}};
-  }
+  if (r.pipeline) j["target_pipeline"] = TargetPipelineJson(*r.pipeline);
   j["max_rounds"] = r.params.max_rounds;
   j["fixed_cost_ms"] = std::chrono::duration<double, std::milli>(r.params.fixed_cost).count();
   j["device_state_bytes"] = r.modelled.device_state_bytes;
   j["downtime_target_ms"] = std::chrono::duration<double, std::milli>(r.params.downtime_target).count();
   j["max_stun_ms"] = std::chrono::duration<double, std::milli>(r.params.max_stun).count();
-  nlohmann::ordered_json regions = nlohmann::ordered_json::array();
-  for (const auto& rp : r.modelled.regions) {
-    nlohmann::ordered_json w = nlohmann::ordered_json::array();
-    for (size_t i = 0; i < rp.dirty.window_s.size(); ++i) {
-      w.push_back({{"window_ms", rp.dirty.window_s[i] * 1e3},
-                   {"low_bytes", rp.dirty.low_bytes[i]},
-                   {"mid_bytes", rp.dirty.mid_bytes[i]},
-                   {"high_bytes", rp.dirty.high_bytes[i]}});
-    }
-    regions.push_back({{"id", rp.info.id},
-                       {"name", rp.info.name},
-                       {"size_bytes", rp.info.size_bytes},
-                       {"page_size", rp.info.page_size},
-                       {"hint", std::string(RegionHintName(rp.info.hint))},
-                       {"nonzero_fraction", rp.nonzero_fraction},
-                       {"held_fraction", rp.held_fraction},
-                       {"codec", rp.codec},
-                       {"compression_ratio", rp.compression_ratio},
-                       {"sampled_zstd_ratio", rp.codecs.zstd_ratio},
-                       {"sampled_zstd_bytes_per_s", rp.codecs.zstd_bytes_per_s},
-                       {"sampled_shuffle_ratio", rp.codecs.shuffle_ratio},
-                       {"sampled_shuffle_bytes_per_s", rp.codecs.shuffle_bytes_per_s},
-                       {"sampled_bf16_ratio", rp.codecs.bf16_ratio},
-                       {"sampled_bf16_bytes_per_s", rp.codecs.bf16_bytes_per_s},
-                       {"dirty_working_set", w}});
-  }
-  j["regions"] = regions;
+  j["regions"] = RegionsJson(r.modelled);
   if (r.modelled.offer_bytes_per_s > 0) j["offer_bytes_per_s"] = std::llround(r.modelled.offer_bytes_per_s);
-  if (beside) {
-    const BesideMemory& b = r.params.beside;
-    j["beside"] = {{"name", b.name},
-                   {"bytes", std::llround(b.bytes)},
-                   {"dirty_bytes_per_s", b.dirty_bytes_per_s},
-                   {"dirty_window_s", b.dirty_window_s},
-                   {"page_bytes", b.page_bytes},
-                   {"link_share", b.link_share},
-                   {"predicted", BesideJson(p.mid)}};
-  }
+  if (beside) j["beside"] = BesideMemoryJson(r.params.beside, p.mid);
   j["model_low"] = RunJson(p.low, beside);
   j["model_high"] = RunJson(p.high, beside);
   j["assumptions"] = r.assumptions;
@@ -435,27 +498,7 @@ std::string EstimateToJson(const EstimateReport& r) {
                       {"measured_now", r.calibrated_now}};
   j["marginal"] = p.marginal;
   if (p.alternative) j["alternative"] = RunJson(*p.alternative, false);
-  if (r.path) {
-    const PathCalibration& c = *r.path;
-    j["path_calibration"] = {{"key", c.config.Key()},
-                             {"file", DefaultPathCalibrationFile()},
-                             {"measured_at", c.measured_at},
-                             {"measured_now", r.path_measured_now},
-                             {"round_bytes_per_s", c.bytes_per_s},
-                             {"round0_startup_ms", c.round0_startup_ms},
-                             {"round_overhead_ms", c.round_overhead_ms},
-                             {"fixed_ms", c.fixed_ms},
-                             {"final_bytes_per_s", c.final_bytes_per_s},
-                             {"final_sync_ms", c.final_sync_ms},
-                             {"sync_extra_ms", r.params.path.sync_extra_ms}};
-    if (r.path_spread) {
-      const PathSpread& s = *r.path_spread;
-      j["path_calibration"]["spread"] = {{"observations", s.observations},
-                                         {"pool", s.pool},
-                                         {"round0_ratio", {s.round0_low, s.round0_high}},
-                                         {"stun_ratio", {s.stun_low, s.stun_high}}};
-    }
-  }
+  if (r.path) j["path_calibration"] = PathCalibrationJson(r);
   return j.dump();
 }
 

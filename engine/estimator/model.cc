@@ -66,28 +66,125 @@ struct Forced {
 ModelRun RunDeviceOnly(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw,
                        int which, Forced force);
 
-// BesideMemory's timeline (estimator.h): the device's rounds and the mover's
-// first pass share the link; whoever says go first decides how the stun goes.
-ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
+// What RunWithBeside's steps share: the device, the mover's memory and the link.
+struct BesideLink {
+  const DeviceProfile& p;
+  const ModelParams& params;
+  WorkingSetCurve::Bound w;
+  double bw;
+  double ram;
+  double rate;
+  double share;
+  double fixed_s;
+  double target_s;
+  double state;
+  double window_floor_s;
+  // The mover's bytes dirtied in a window, never less than over window_floor_s.
+  double RamDirtied(double window_s) const { return std::min(ram, rate * std::max(window_s, window_floor_s)); }
+};
+
+// The mover's memory and the stun's costs as BesideMemory and the rule give them.
+BesideLink MakeBesideLink(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
   const BesideMemory& m = params.beside;
-  const double ram = m.bytes;
-  const double rate = std::max(0.0, m.dirty_bytes_per_s);
-  const double share = std::clamp(m.link_share, 0.01, 0.99);
   // The stun's fixed cost as the rule assumes it, plus what this device's
   // dirty-log sync costs beyond the calibration device's (every round after
   // round 0 starts with one too).
   const double fixed_s = std::chrono::duration<double>(params.fixed_cost).count() + params.path.sync_extra_ms / 1e3;
   const double target_s = std::chrono::duration<double>(params.downtime_target).count();
-  const double state = static_cast<double>(p.device_state_bytes);
   // One measured window: rate x t in the low and mid runs; the high run takes the
   // whole window's dirty set for any shorter window too (W(t) <= W(T) for t <= T:
   // a hot set may be rewritten well within the window).
   const double window_floor_s = w == WorkingSetCurve::Bound::kHigh ? std::max(0.0, m.dirty_window_s) : 0.0;
-  auto ram_dirtied = [&](double window_s) { return std::min(ram, rate * std::max(window_s, window_floor_s)); };
+  return {p,
+          params,
+          w,
+          bw,
+          m.bytes,
+          std::max(0.0, m.dirty_bytes_per_s),
+          std::clamp(m.link_share, 0.01, 0.99),
+          fixed_s,
+          target_s,
+          static_cast<double>(p.device_state_bytes),
+          window_floor_s};
+}
 
+// The mover sent its first pass and QEMU paused the guest by itself: the round
+// is cut there and everything it had not sent, plus what the device dirtied
+// meanwhile (`device_final`), goes in the final round.
+void FinishPausedByMover(const BesideLink& k, ModelRun& run, double device_final, double elapsed, double mover_start,
+                         double bandwidth_bytes_per_s, uint32_t round) {
+  run.beside_final_bytes = k.RamDirtied(elapsed - mover_start);
+  run.beside_bytes = k.ram + run.beside_final_bytes;
+  run.beside_paused_first = true;
+  run.stopped_before_switchover_ms = 0;
+  run.final_bytes = device_final;
+  run.device_stun_ms = PredictStunMs(static_cast<uint64_t>(device_final), bandwidth_bytes_per_s, k.params.fixed_cost);
+  const double final_s = (device_final + run.beside_final_bytes) / k.bw + k.fixed_s;
+  run.stun_ms = final_s * 1e3;
+  run.total_ms = (elapsed + final_s) * 1e3;
+  run.switches = true;
+  run.stop_reason = StopReason::kNone;
+  run.policy_reason = fmt::format(
+      "the {}'s first pass is sent {:.0f} ms after the device's round 0 and QEMU pauses the guest by itself "
+      "(downtime-limit held at 0; QEMU 7.2 has no switchover-ack): the engine cuts round {} short and switches over",
+      k.params.beside.name, (elapsed - mover_start) * 1e3, round);
+}
+
+// How long the mover converges on the whole link once the engine said go, until
+// its backlog fits the downtime-limit's threshold; sets the mover's final bytes
+// (and gives up where it is dirtied as fast as the link carries it).
+double ConvergeMover(const BesideLink& k, ModelRun& run, double backlog) {
+  const double threshold = k.bw * k.target_s;
+  double converge_s = 0;
+  run.beside_final_bytes = std::min(backlog, threshold);
+  if (backlog > threshold && k.rate >= k.bw) {
+    // Never within the threshold: the hook would give up after its converge
+    // timeout. The stun shown is a stop-and-copy of the backlog.
+    run.switches = false;
+    run.stop_reason = StopReason::kNotShrinking;
+    run.policy_reason = fmt::format("{} cannot converge: it is dirtied at {}, as fast as the link carries it ({})",
+                                    k.params.beside.name, FormatRate(k.rate), FormatRate(k.bw));
+    run.beside_final_bytes = backlog;
+  } else {
+    if (backlog > threshold) converge_s = (backlog - threshold) / (k.bw - k.rate);
+    // QEMU recomputes its threshold from its measured bandwidth only every
+    // 100 ms (BUFFER_DELAY): it sends on that long before its rule lets it pause.
+    const double lag_s = std::min(0.1, run.beside_final_bytes / k.bw);
+    run.beside_final_bytes = std::max(0.0, run.beside_final_bytes - k.bw * lag_s) + k.RamDirtied(lag_s);
+    converge_s += lag_s;
+  }
+  return converge_s;
+}
+
+// The switchover held while the mover converges: the device's held rounds, then
+// both final rounds make the stun.
+void FinishHeldSwitchover(const BesideLink& k, ModelRun& run, double secs, double elapsed, double sent,
+                          double converge_s) {
+  run.converge_ms = converge_s * 1e3;
+  // The held rounds: each waits for the hold step, then sends what the device
+  // dirtied since the last one, at its share of the link.
+  for (double held_s = 0, last_s = secs; held_s < converge_s && run.held_rounds < 10000; ++run.held_rounds) {
+    const double t =
+        kHoldStepS + DirtyWireBytes(k.p, last_s, k.w) / (k.bw * (1 - k.share)) + k.params.path.sync_extra_ms / 1e3;
+    held_s += t;
+    last_s = t;
+  }
+  run.beside_bytes = sent + k.bw * converge_s + run.beside_final_bytes;
+  // The switchover is held meanwhile, the device running further rounds: its
+  // final round carries about one round's dirtying (at least the 100 ms hold step).
+  run.final_bytes = DirtyWireBytes(k.p, std::min(secs + converge_s, std::max(secs, 0.1)), k.w) + k.state;
+  const double final_s = (run.final_bytes + run.beside_final_bytes) / k.bw + k.fixed_s;
+  run.stun_ms = final_s * 1e3;
+  run.total_ms = (elapsed + converge_s + final_s) * 1e3;
+}
+
+// BesideMemory's timeline (estimator.h): the device's rounds and the mover's
+// first pass share the link; whoever says go first decides how the stun goes.
+ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, WorkingSetCurve::Bound w, double bw) {
+  const BesideLink k = MakeBesideLink(p, params, w, bw);
   ModelRun run;
-  double left = ram;     // the mover's first pass still to send
-  double elapsed = 0;    // since the device's pre-copy started
+  double left = k.ram;      // the mover's first pass still to send
+  double elapsed = 0;       // since the device's pre-copy started
   double mover_start = -1;  // the mover starts when the device's round 0 ends (the QEMU hook)
   double device_bytes = Round0WireBytes(p);
   PolicyInput in;
@@ -97,7 +194,7 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
     // One device round; from round 1 on beside the mover's first pass, which may
     // finish mid-round. Round 0 (the device's bulk) has the link to itself.
     const bool beside = mover_start >= 0;
-    const double device_rate = beside ? bw * (1 - share) : bw, ram_rate = bw * share;
+    const double device_rate = beside ? bw * (1 - k.share) : bw, ram_rate = bw * k.share;
     const double offer_s = round == 0 ? Round0OfferSeconds(p) : 0.0;  // round 0 alone offers by digest
     const double sync_s = round == 0 ? 0.0 : params.path.sync_extra_ms / 1e3;
     const double t_dev = device_bytes / device_rate + offer_s + sync_s, t_ram = beside ? left / ram_rate : t_dev + 1;
@@ -116,26 +213,9 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
     in.bandwidth_bytes_per_s = EngineBandwidth(run.rounds);
 
     if (paused) {
-      // The mover sent its first pass and QEMU paused the guest by itself: the
-      // round is cut there and everything it had not sent, plus what the device
-      // dirtied meanwhile, goes in the final round.
-      const double device_final = (device_bytes - device_rate * t_ram) + DirtyWireBytes(p, elapsed - round_start, w) + state;
-      run.beside_final_bytes = ram_dirtied(elapsed - mover_start);
-      run.beside_bytes = ram + run.beside_final_bytes;
-      run.beside_paused_first = true;
-      run.stopped_before_switchover_ms = 0;
-      run.final_bytes = device_final;
-      run.device_stun_ms = PredictStunMs(static_cast<uint64_t>(device_final), in.bandwidth_bytes_per_s,
-                                         params.fixed_cost);
-      const double final_s = (device_final + run.beside_final_bytes) / bw + fixed_s;
-      run.stun_ms = final_s * 1e3;
-      run.total_ms = (elapsed + final_s) * 1e3;
-      run.switches = true;
-      run.stop_reason = StopReason::kNone;
-      run.policy_reason = fmt::format(
-          "the {}'s first pass is sent {:.0f} ms after the device's round 0 and QEMU pauses the guest by itself "
-          "(downtime-limit held at 0; QEMU 7.2 has no switchover-ack): the engine cuts round {} short and switches over",
-          m.name, (elapsed - mover_start) * 1e3, round);
+      const double device_final =
+          (device_bytes - device_rate * t_ram) + DirtyWireBytes(p, elapsed - round_start, w) + k.state;
+      FinishPausedByMover(k, run, device_final, elapsed, mover_start, in.bandwidth_bytes_per_s, round);
       return run;
     }
 
@@ -154,42 +234,9 @@ ModelRun RunWithBeside(const DeviceProfile& p, const ModelParams& params, Workin
     // The engine said go: the mover gets the whole link and converges while the
     // guest runs, until its backlog fits the downtime-limit's threshold.
     if (mover_start < 0) mover_start = elapsed;  // the rule said go after round 0: QEMU starts now
-    const double sent = ram - left;
-    const double backlog = left + std::min(ram_dirtied(elapsed - mover_start), sent);
-    const double threshold = bw * target_s;
-    double converge_s = 0;
-    run.beside_final_bytes = std::min(backlog, threshold);
-    if (backlog > threshold && rate >= bw) {
-      // Never within the threshold: the hook would give up after its converge
-      // timeout. The stun shown is a stop-and-copy of the backlog.
-      run.switches = false;
-      run.stop_reason = StopReason::kNotShrinking;
-      run.policy_reason = fmt::format("{} cannot converge: it is dirtied at {}, as fast as the link carries it ({})",
-                                      m.name, FormatRate(rate), FormatRate(bw));
-      run.beside_final_bytes = backlog;
-    } else {
-      if (backlog > threshold) converge_s = (backlog - threshold) / (bw - rate);
-      // QEMU recomputes its threshold from its measured bandwidth only every
-      // 100 ms (BUFFER_DELAY): it sends on that long before its rule lets it pause.
-      const double lag_s = std::min(0.1, run.beside_final_bytes / bw);
-      run.beside_final_bytes = std::max(0.0, run.beside_final_bytes - bw * lag_s) + ram_dirtied(lag_s);
-      converge_s += lag_s;
-    }
-    run.converge_ms = converge_s * 1e3;
-    // The held rounds: each waits for the hold step, then sends what the device
-    // dirtied since the last one, at its share of the link.
-    for (double held_s = 0, last_s = secs; held_s < converge_s && run.held_rounds < 10000; ++run.held_rounds) {
-      const double t = kHoldStepS + DirtyWireBytes(p, last_s, w) / (bw * (1 - share)) + params.path.sync_extra_ms / 1e3;
-      held_s += t;
-      last_s = t;
-    }
-    run.beside_bytes = sent + bw * converge_s + run.beside_final_bytes;
-    // The switchover is held meanwhile, the device running further rounds: its
-    // final round carries about one round's dirtying (at least the 100 ms hold step).
-    run.final_bytes = DirtyWireBytes(p, std::min(secs + converge_s, std::max(secs, 0.1)), w) + state;
-    const double final_s = (run.final_bytes + run.beside_final_bytes) / bw + fixed_s;
-    run.stun_ms = final_s * 1e3;
-    run.total_ms = (elapsed + converge_s + final_s) * 1e3;
+    const double sent = k.ram - left;
+    const double converge_s = ConvergeMover(k, run, left + std::min(k.RamDirtied(elapsed - mover_start), sent));
+    FinishHeldSwitchover(k, run, secs, elapsed, sent, converge_s);
     return run;
   }
 }

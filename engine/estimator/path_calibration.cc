@@ -37,31 +37,12 @@ namespace {
 double Min(const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); }
 double Max(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
 
-}  // namespace
-
-Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::vector<PathRun>& runs) {
-  std::vector<double> ratio, small_stun, small_final, big_stun, big_final;
-  std::vector<double> small_b, small_ms, big_b, big_ms;
-  for (const auto& r : runs) {
-    if (r.round0_ms <= 0 || r.round0_bytes <= 0) {
-      return InvalidArgument("path calibration: a run reported an empty or instant round 0");
-    }
-    ratio.push_back(r.round0_raw_bytes > 0 ? r.round0_raw_bytes / r.round0_bytes : 1.0);
-    (r.small_final ? small_stun : big_stun).push_back(r.stun_ms);
-    (r.small_final ? small_final : big_final).push_back(r.final_bytes);
-    (r.small_final ? small_b : big_b).push_back(r.round0_bytes);
-    (r.small_final ? small_ms : big_ms).push_back(r.round0_ms);
-  }
-  if (small_stun.empty() || big_stun.empty()) {
-    return InvalidArgument("path calibration: the fit needs runs with a small and with a large final round");
-  }
-  PathCalibration c;
-  c.config = config;
-  c.runs = static_cast<int>(runs.size());
-  c.wire_ratio = std::max(1.0, UpperMedian(ratio));
-
-  // Round 0 lasts startup + bytes / rate, through the medians of both sizes;
-  // one size only (or a slope the noise made negative): no startup.
+// Round 0 lasts startup + bytes / rate, through the medians of both sizes (`small_*`
+// and `big_*`: the runs' round 0 bytes and ms); one size only (or a slope the noise
+// made negative): no startup. Sets the startup and the round-0 rates of `c`.
+void FitRound0(const PathConfig& config, const std::vector<PathRun>& runs, const std::vector<double>& small_b,
+               const std::vector<double>& small_ms, const std::vector<double>& big_b, const std::vector<double>& big_ms,
+               PathCalibration& c) {
   const double sb = Median(small_b), sm = Median(small_ms), bb = Median(big_b), bm = Median(big_ms);
   const double hi_b = std::max(sb, bb), hi_ms = sb > bb ? sm : bm, lo_b = std::min(sb, bb), lo_ms = sb > bb ? bm : sm;
   double startup_ms = 0;
@@ -87,17 +68,13 @@ Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::
     c.low_bytes_per_s = std::min(c.low_bytes_per_s, config.cap_bytes_per_s);
     c.high_bytes_per_s = std::min(c.high_bytes_per_s, config.cap_bytes_per_s);
   }
-  c.raw_bytes_per_s = c.bytes_per_s * c.wire_ratio;
+}
 
-  // A dirty round lasts bytes / round-0 rate + overhead.
-  std::vector<double> overhead;
-  for (const auto& r : runs) {
-    for (const auto& [bytes, ms] : r.dirty_rounds) overhead.push_back(ms - bytes / c.bytes_per_s * 1e3);
-  }
-  c.round_overhead_ms = overhead.empty() ? 0.0 : std::max(0.0, Median(overhead));
-
-  // stun = fixed + final / rate, through the medians of both kinds; each large
-  // run gives its own rate and each small run its own fixed cost for the range.
+// stun = fixed + final / rate, through the medians of both kinds; each large
+// run gives its own rate and each small run its own fixed cost for the range.
+// Sets the stun's fixed costs and final-round rates of `c`.
+void FitStun(const std::vector<double>& small_stun, const std::vector<double>& small_final,
+             const std::vector<double>& big_stun, const std::vector<double>& big_final, PathCalibration& c) {
   const double s_stun = Median(small_stun), s_final = Median(small_final);
   const double b_stun = Median(big_stun), b_final = Median(big_final);
   auto rate_through = [&](double stun, double final) {
@@ -115,6 +92,40 @@ Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::
   c.fixed_high_ms = std::max(c.fixed_ms, Max(fixeds));
   c.final_low_bytes_per_s = std::min(c.final_bytes_per_s, Min(finals));
   c.final_high_bytes_per_s = std::max(c.final_bytes_per_s, Max(finals));
+}
+
+}  // namespace
+
+Result<PathCalibration> FitPathCalibration(const PathConfig& config, const std::vector<PathRun>& runs) {
+  std::vector<double> ratio, small_stun, small_final, big_stun, big_final;
+  std::vector<double> small_b, small_ms, big_b, big_ms;
+  for (const auto& r : runs) {
+    if (r.round0_ms <= 0 || r.round0_bytes <= 0) {
+      return InvalidArgument("path calibration: a run reported an empty or instant round 0");
+    }
+    ratio.push_back(r.round0_raw_bytes > 0 ? r.round0_raw_bytes / r.round0_bytes : 1.0);
+    (r.small_final ? small_stun : big_stun).push_back(r.stun_ms);
+    (r.small_final ? small_final : big_final).push_back(r.final_bytes);
+    (r.small_final ? small_b : big_b).push_back(r.round0_bytes);
+    (r.small_final ? small_ms : big_ms).push_back(r.round0_ms);
+  }
+  if (small_stun.empty() || big_stun.empty()) {
+    return InvalidArgument("path calibration: the fit needs runs with a small and with a large final round");
+  }
+  PathCalibration c;
+  c.config = config;
+  c.runs = static_cast<int>(runs.size());
+  c.wire_ratio = std::max(1.0, UpperMedian(ratio));
+  FitRound0(config, runs, small_b, small_ms, big_b, big_ms, c);
+  c.raw_bytes_per_s = c.bytes_per_s * c.wire_ratio;
+
+  // A dirty round lasts bytes / round-0 rate + overhead.
+  std::vector<double> overhead;
+  for (const auto& r : runs) {
+    for (const auto& [bytes, ms] : r.dirty_rounds) overhead.push_back(ms - bytes / c.bytes_per_s * 1e3);
+  }
+  c.round_overhead_ms = overhead.empty() ? 0.0 : std::max(0.0, Median(overhead));
+  FitStun(small_stun, small_final, big_stun, big_final, c);
   std::vector<double> syncs;
   for (const auto& r : runs) syncs.push_back(r.final_sync_ms);
   c.final_sync_ms = Median(syncs);

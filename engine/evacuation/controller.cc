@@ -19,17 +19,36 @@
 
 namespace gpumigrate {
 namespace evacuation {
-namespace {
 
-using agent::Json;
+// Named, not anonymous: Evacuation::Impl (external linkage) holds them.
 using SteadyClock = std::chrono::steady_clock;
 
+// Where an action is: a live migration's source migrating, then its
+// destination's receive confirming; a drain-and-replace's replacement
+// starting, then the old replica draining; a power-off.
+enum class ActionPhase { kMigrate, kConfirm, kReplica, kDrain, kPowerOff };
+
+inline std::string_view ActionPhaseName(ActionPhase p) {
+  switch (p) {
+    case ActionPhase::kMigrate:
+      return "migrate";
+    case ActionPhase::kConfirm:
+      return "confirm";
+    case ActionPhase::kReplica:
+      return "replica";
+    case ActionPhase::kDrain:
+      return "drain";
+    case ActionPhase::kPowerOff:
+      break;
+  }
+  return "power-off";
+}
 
 // One action being carried out.
 struct Running {
   planner::PlannedAction a;
   std::string source, target;
-  std::string phase;  // live-migrate: "migrate", "confirm"; drain-and-replace: "replica", "drain"
+  ActionPhase phase = ActionPhase::kMigrate;
   int64_t src_job = 0, dst_job = 0;
   std::string reservation;
   std::string last_line;
@@ -42,13 +61,13 @@ struct Running {
   int64_t evented_round = -1;
 };
 
-
-}  // namespace
 }  // namespace evacuation
 
 using evacuation::Fleet;
 using evacuation::InFlight;
 using evacuation::ReplicaName;
+using evacuation::ActionPhase;
+using evacuation::ActionPhaseName;
 using evacuation::Running;
 using Json = agent::Json;
 using SteadyClock = std::chrono::steady_clock;
@@ -254,7 +273,7 @@ class Evacuation::Impl {
     int n = 0;
     for (const auto& r : running_) {
       n += r.a.action == planner::Action::kLiveMigrate &&
-           ((r.source == host && r.phase != "confirm") || r.target == host);
+           ((r.source == host && r.phase != ActionPhase::kConfirm) || r.target == host);
     }
     return n;
   }
@@ -293,7 +312,7 @@ class Evacuation::Impl {
   // counts it (a third of policy.migration_overhead after its start). A
   // migration still starting takes no share from the others.
   bool Moving(const Running& r) const {
-    if (r.a.action != planner::Action::kLiveMigrate || r.phase != "migrate" || r.src_job == 0) return false;
+    if (r.a.action != planner::Action::kLiveMigrate || r.phase != ActionPhase::kMigrate || r.src_job == 0) return false;
     if (r.phase_reported) {
       return r.session_phase == "round-start" || r.session_phase == "round-end" || r.session_phase == "switchover";
     }
@@ -411,83 +430,8 @@ class Evacuation::Impl {
       return;
     }
     r.reservation = res->id;
-    // The point after which the VM may move is journaled (with the whole target,
-    // for a restarted controller) just before the request that can move it.
-    Json target = {{"host", r.target}, {"gpus", a.to->gpus}};
-    if (a.to->placement) target["placement"] = *a.to->placement;
-    auto started = [&]() {
-      ++attempts_[a.vm];
-      return Journal(a.vm, action, JournalPhase::kStarted, r.target,
-                     fmt::format("attempt {}; target {}", attempts_[a.vm], target.dump()));
-    };
-    std::string err;
     bool wait = false;
-    if (a.action == planner::Action::kLiveMigrate) {
-      Json req = {{"vm", fleet_.Record(a.vm)}, {"gpus", a.to->gpus}, {"accept_timeout", "30s"}};
-      if (a.to->placement) req["placement"] = *a.to->placement;
-      auto rec = Ask(r.target, "receive", req);
-      if (!rec.ok()) {
-        err = fmt::format("target agent {} unreachable: {}", r.target, rec.status().message());
-        fleet_.MarkUnreachable(r.target);
-      } else if (!rec->value("ok", false)) {
-        err = fmt::format("{} refused to receive: {}", r.target, rec->value("error", ""));
-        wait = NotNow(*rec);
-      } else if (Status st = started(); !st.ok()) {
-        err = "journal: " + std::string(st.message());
-      } else {
-        r.dst_job = rec->value("job", int64_t{0});
-        std::string addr = rec->value("address", "");
-        if (addr.find(':') != std::string::npos) addr = "[" + addr + "]";
-        Json m = {{"vm", a.vm},
-                  {"to", fmt::format("{}:{}", addr, rec->value("port", 0))},
-                  {"options", {{"max_stun", fmt::format("{}ms", fleet_.MaxStunMs(a.vm))}}}};
-        double pace = 0;
-        if (!f_.no_pace) {
-          pace = ShareNow(r.source, r.target, 1);
-          m["options"]["pace"] = pace > 0 ? RateText(pace) : "0";
-        } else if (!f_.bandwidth.empty()) {
-          m["options"]["bandwidth"] = f_.bandwidth;
-        }
-        if (a.budget_ms > 0) m["options"]["max_total"] = fmt::format("{}ms", a.budget_ms);
-        if (!f_.resume_window.empty()) m["options"]["resume_window"] = f_.resume_window;
-        auto mig = Ask(r.source, "migrate", m);
-        if (mig.ok() && mig->value("ok", false)) {
-          r.src_job = mig->value("job", int64_t{0});
-          r.phase = "migrate";
-          r.paced = f_.no_pace ? -1 : pace;
-        } else if (!mig.ok()) {
-          // No answer: the source may have started it. Ask before concluding.
-          const Json job = RunningJob(r.source, a.vm, "migrate");
-          if (!job.is_null()) {
-            r.src_job = job["id"].get<int64_t>();
-            r.phase = "migrate";
-          } else {
-            err = std::string(mig.status().message());
-          }
-        } else {
-          err = fmt::format("{} refused to migrate: {}", r.source, mig->value("error", ""));
-        }
-      }
-    } else {
-      Json rep = fleet_.Record(a.vm);
-      rep["name"] = ReplicaName(a.vm);
-      rep["inventory"]["gpus"] = a.to->gpus;
-      if (a.to->placement) rep["inventory"]["placement"] = *a.to->placement;
-      if (Status st = started(); !st.ok()) {
-        err = "journal: " + std::string(st.message());
-      } else {
-        auto st2 = Ask(r.target, "start-replica", {{"vm", rep}});
-        if (!st2.ok() || !st2->value("ok", false)) {
-          err = st2.ok() ? fmt::format("{} refused to start a replica: {}", r.target, st2->value("error", ""))
-                         : std::string(st2.status().message());
-          if (!st2.ok()) fleet_.MarkUnreachable(r.target);
-        } else {
-          r.dst_job = st2->value("job", int64_t{0});
-          r.phase = "replica";
-          HookEvent(a.vm, "start-replica", r.target, "started");
-        }
-      }
-    }
+    const std::string err = a.action == planner::Action::kLiveMigrate ? StartLive(r, &wait) : StartReplica(r);
     if (!err.empty()) {  // nothing moved: the VM runs where it was
       (void)store_->Release(r.reservation);
       if (wait) {
@@ -504,6 +448,91 @@ class Evacuation::Impl {
     Event("action-started", {{"vm", a.vm}, {"action", action}, {"target", r.target},
                              {"predicted_stun_ms", a.action == planner::Action::kLiveMigrate ? a.predicted_stun_ms : -1}});
     running_.push_back(std::move(r));
+  }
+
+  // The point after which the VM may move, journaled (with the whole target,
+  // for a restarted controller) just before the request that can move it.
+  Status JournalStarted(const Running& r) {
+    Json target = {{"host", r.target}, {"gpus", r.a.to->gpus}};
+    if (r.a.to->placement) target["placement"] = *r.a.to->placement;
+    ++attempts_[r.a.vm];
+    return Journal(r.a.vm, std::string(planner::ActionName(r.a.action)), JournalPhase::kStarted, r.target,
+                   fmt::format("attempt {}; target {}", attempts_[r.a.vm], target.dump()));
+  }
+
+  // A live migration: the target's receive at the planned slot, then the
+  // source's migrate to it. "" when it runs; else why not (*wait: the target
+  // said "not now", so it is tried again, not counted as failed).
+  std::string StartLive(Running& r, bool* wait) {
+    const planner::PlannedAction& a = r.a;
+    Json req = {{"vm", fleet_.Record(a.vm)}, {"gpus", a.to->gpus}, {"accept_timeout", "30s"}};
+    if (a.to->placement) req["placement"] = *a.to->placement;
+    auto rec = Ask(r.target, "receive", req);
+    if (!rec.ok()) {
+      fleet_.MarkUnreachable(r.target);
+      return fmt::format("target agent {} unreachable: {}", r.target, rec.status().message());
+    }
+    if (!rec->value("ok", false)) {
+      *wait = NotNow(*rec);
+      return fmt::format("{} refused to receive: {}", r.target, rec->value("error", ""));
+    }
+    if (Status st = JournalStarted(r); !st.ok()) return "journal: " + std::string(st.message());
+    r.dst_job = rec->value("job", int64_t{0});
+    double pace = 0;
+    auto mig = Ask(r.source, "migrate", MigrateRequest(r, *rec, &pace));
+    if (mig.ok() && mig->value("ok", false)) {
+      r.src_job = mig->value("job", int64_t{0});
+      r.phase = ActionPhase::kMigrate;
+      r.paced = f_.no_pace ? -1 : pace;
+      return "";
+    }
+    if (mig.ok()) return fmt::format("{} refused to migrate: {}", r.source, mig->value("error", ""));
+    // No answer: the source may have started it. Ask before concluding.
+    const Json job = RunningJob(r.source, a.vm, "migrate");
+    if (job.is_null()) return std::string(mig.status().message());
+    r.src_job = job["id"].get<int64_t>();
+    r.phase = ActionPhase::kMigrate;
+    return "";
+  }
+
+  // The source's migrate request: to the receive's address, with the VM's max
+  // stun, its pace (*pace, the share of its links now) or the --bandwidth cap,
+  // its time budget and the resume window.
+  Json MigrateRequest(const Running& r, const Json& receive, double* pace) {
+    std::string addr = receive.value("address", "");
+    if (addr.find(':') != std::string::npos) addr = "[" + addr + "]";
+    Json m = {{"vm", r.a.vm},
+              {"to", fmt::format("{}:{}", addr, receive.value("port", 0))},
+              {"options", {{"max_stun", fmt::format("{}ms", fleet_.MaxStunMs(r.a.vm))}}}};
+    if (!f_.no_pace) {
+      *pace = ShareNow(r.source, r.target, 1);
+      m["options"]["pace"] = *pace > 0 ? RateText(*pace) : "0";
+    } else if (!f_.bandwidth.empty()) {
+      m["options"]["bandwidth"] = f_.bandwidth;
+    }
+    if (r.a.budget_ms > 0) m["options"]["max_total"] = fmt::format("{}ms", r.a.budget_ms);
+    if (!f_.resume_window.empty()) m["options"]["resume_window"] = f_.resume_window;
+    return m;
+  }
+
+  // A drain-and-replace: the replacement replica started through the target's
+  // hook (the old one drains once it serves). "" when it runs; else why not.
+  std::string StartReplica(Running& r) {
+    Json rep = fleet_.Record(r.a.vm);
+    rep["name"] = ReplicaName(r.a.vm);
+    rep["inventory"]["gpus"] = r.a.to->gpus;
+    if (r.a.to->placement) rep["inventory"]["placement"] = *r.a.to->placement;
+    if (Status st = JournalStarted(r); !st.ok()) return "journal: " + std::string(st.message());
+    auto st2 = Ask(r.target, "start-replica", {{"vm", rep}});
+    if (!st2.ok()) {
+      fleet_.MarkUnreachable(r.target);
+      return std::string(st2.status().message());
+    }
+    if (!st2->value("ok", false)) return fmt::format("{} refused to start a replica: {}", r.target, st2->value("error", ""));
+    r.dst_job = st2->value("job", int64_t{0});
+    r.phase = ActionPhase::kReplica;
+    HookEvent(r.a.vm, "start-replica", r.target, "started");
+    return "";
   }
 
   // The units this evacuation holds now (its own reservations).
@@ -527,7 +556,7 @@ class Evacuation::Impl {
       if (!st.ok() || !st->value("ok", false) || !st->contains("jobs")) return;
       bool running = false;
       for (const auto& j : (*st)["jobs"]) {
-        running |= j.value("id", int64_t{0}) == job && j.value("state", "") == "running";
+        running |= j.value("id", int64_t{0}) == job && agent::ParseJobState(j.value("state", "")) == agent::JobState::kRunning;
       }
       if (!running) return;
       std::this_thread::sleep_for(f_.poll);
@@ -541,7 +570,8 @@ class Evacuation::Impl {
     if (!st.ok() || !st->value("ok", false)) return nullptr;
     Json found;
     for (const auto& j : (*st)["jobs"]) {
-      if (j.value("state", "") == "running" && j.value("vm", "") == vm && (kind.empty() || j.value("kind", "") == kind)) {
+      if (agent::ParseJobState(j.value("state", "")) == agent::JobState::kRunning && j.value("vm", "") == vm &&
+          (kind.empty() || j.value("kind", "") == kind)) {
         found = j;
       }
     }
@@ -566,7 +596,7 @@ class Evacuation::Impl {
       return;
     }
     r.src_job = (*p)["job"].get<int64_t>();
-    r.phase = "power-off";
+    r.phase = ActionPhase::kPowerOff;
     Say("{}: power-off started", a.vm);
     Event("action-started", {{"vm", a.vm}, {"action", "power-off"}, {"target", ""}, {"predicted_stun_ms", -1}});
     HookEvent(a.vm, "power-off", r.source, "started");
@@ -603,159 +633,172 @@ class Evacuation::Impl {
                               FormatRate(learned));
   }
 
-  // The job's state on `host`, or "" when the agent did not answer.
-  std::string JobState(const std::string& host, int64_t job, Json* out) {
-    if (job <= 0) return "";  // unknown: never "job 0", which the agent reads as every job
+  // The job's state on `host` (its status entry in *out), or nullopt when the
+  // agent did not answer or reported a state this controller does not know.
+  std::optional<agent::JobState> StateOf(const std::string& host, int64_t job, Json* out) {
+    if (job <= 0) return std::nullopt;  // unknown: never "job 0", which the agent reads as every job
     auto r = Ask(host, "status", {{"job", job}});
-    if (!r.ok() || !r->value("ok", false) || (*r)["jobs"].empty()) return "";
+    if (!r.ok() || !r->value("ok", false) || (*r)["jobs"].empty()) return std::nullopt;
     *out = (*r)["jobs"][0];
-    return (*out)["state"].get<std::string>();
+    return agent::ParseJobState(out->value("state", ""));
+  }
+
+  // Records how an action ended: journaled, its reservation given back unless
+  // it is in doubt (the slot may hold the VM), reported. Always true (ended).
+  bool End(Running& r, JournalPhase phase, VmResult result, const std::string& detail, double stun_ms = -1) {
+    const std::string action(planner::ActionName(r.a.action));
+    (void)Journal(r.a.vm, action, phase, r.a.action == planner::Action::kPowerOff ? "" : r.target, detail);
+    if (phase != JournalPhase::kInDoubt && !r.reservation.empty()) (void)store_->Release(r.reservation);
+    EvacuationOutcome o{r.a.vm, action, r.a.action == planner::Action::kPowerOff ? "" : r.target, result, detail};
+    if (r.a.action == planner::Action::kLiveMigrate) o.predicted_stun_ms = r.a.predicted_stun_ms;
+    o.measured_stun_ms = stun_ms;
+    Finish(o, true);
+    return true;
   }
 
   // Advances one action; true when it ended (its outcome recorded). *replan_why
   // is set when the VMs left should be planned again.
   bool Step(Running& r, std::string* replan_why) {
-    const std::string action(planner::ActionName(r.a.action));
     const auto now = SteadyClock::now();
-    const bool live = r.a.action == planner::Action::kLiveMigrate;
-    const bool on_source = r.phase == "migrate" || r.phase == "drain" || r.phase == "power-off";
+    const bool on_source = r.phase == ActionPhase::kMigrate || r.phase == ActionPhase::kDrain || r.phase == ActionPhase::kPowerOff;
     const std::string& host = on_source ? r.source : r.target;
-    const int64_t job = on_source ? r.src_job : r.dst_job;
     Json j;
-    const std::string state = JobState(host, job, &j);
-    if (state.empty()) {
-      if (now - r.last_ok > std::chrono::seconds(60)) {
-        const std::string d = fmt::format("the agent of {} has not answered for 60 s during {}", host, r.phase);
-        (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
-        Finish({r.a.vm, action, r.target, VmResult::kInDoubt, d, r.a.predicted_stun_ms}, true);
-        return true;
-      }
-      return false;
+    const std::optional<agent::JobState> state = StateOf(host, on_source ? r.src_job : r.dst_job, &j);
+    if (!state) {
+      if (now - r.last_ok <= std::chrono::seconds(60)) return false;
+      return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
+                 fmt::format("the agent of {} has not answered for 60 s during {}", host, ActionPhaseName(r.phase)));
     }
     r.last_ok = now;
-    if (state == "running") {
-      if (r.phase == "migrate" && j.contains("session_phase") && j["session_phase"].is_string()) {
-        r.session_phase = j["session_phase"].get<std::string>();
-        r.phase_reported = true;
-        const int64_t round = j.contains("round") && j["round"].is_number_unsigned() ? j["round"].get<int64_t>() : -1;
-        if (r.session_phase != r.evented_phase || round != r.evented_round) {
-          Event("phase", {{"vm", r.a.vm}, {"phase", r.session_phase}, {"round", round}});
-          r.evented_phase = r.session_phase;
-          r.evented_round = round;
-        }
-      }
-      const std::string line = j.value("progress", "");
-      if (line != r.last_line && now - r.last_print > std::chrono::seconds(1)) {
-        Say("{}: {} {}: {}", r.a.vm, r.phase, host, line);
-        r.last_line = line;
-        r.last_print = now;
-      }
-      if (r.phase == "confirm" && now - r.confirm_since > std::chrono::seconds(60)) {
-        const std::string d = "the source completed but the destination's receive did not finish within 60 s";
-        (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
-        Finish({r.a.vm, action, r.target, VmResult::kInDoubt, d, r.a.predicted_stun_ms}, true);
-        return true;
-      }
-      return false;
-    }
+    if (*state == agent::JobState::kRunning) return StillRunning(r, j, host, now);
     const std::string detail = j.value("detail", "");
-    if (r.phase == "power-off") {
-      const bool ok = state == "completed";
-      const std::string d = ok ? fmt::format("powered off by {}'s hook", r.source) : "the power_off hook failed: " + detail;
-      HookEvent(r.a.vm, "power-off", r.source, ok ? "completed" : "failed");
-      (void)Journal(r.a.vm, action, ok ? JournalPhase::kCompleted : JournalPhase::kFailed, "", d);
-      Finish({r.a.vm, action, "", ok ? VmResult::kCompleted : VmResult::kLeft, d}, true);
-      return true;
+    switch (r.phase) {
+      case ActionPhase::kPowerOff:
+        return PowerOffEnded(r, *state, detail);
+      case ActionPhase::kMigrate:
+        return MigrateEnded(r, *state, j, replan_why);
+      case ActionPhase::kConfirm:
+        return ReceiveEnded(r, *state, detail);
+      case ActionPhase::kReplica:
+        return ReplicaEnded(r, *state, detail);
+      case ActionPhase::kDrain:
+        break;
     }
-    if (live && r.phase == "migrate") {
-      if (state == "completed") {
-        stun_[r.a.vm] = j.contains("report") ? j["report"].value("stun_ms", -1.0) : -1.0;
-        r.phase = "confirm";
-        r.confirm_since = now;
-        LearnLink(r, j, replan_why);
-        return Step(r, replan_why);
+    return DrainEnded(r, *state, detail);
+  }
+
+  // A job still running: its session's phase as an event, its progress line at
+  // most once a second, and a receive that outlasts its source by 60 s in doubt.
+  bool StillRunning(Running& r, const Json& j, const std::string& host, SteadyClock::time_point now) {
+    if (r.phase == ActionPhase::kMigrate && j.contains("session_phase") && j["session_phase"].is_string()) {
+      r.session_phase = j["session_phase"].get<std::string>();
+      r.phase_reported = true;
+      const int64_t round = j.contains("round") && j["round"].is_number_unsigned() ? j["round"].get<int64_t>() : -1;
+      if (r.session_phase != r.evented_phase || round != r.evented_round) {
+        Event("phase", {{"vm", r.a.vm}, {"phase", r.session_phase}, {"round", round}});
+        r.evented_phase = r.session_phase;
+        r.evented_round = round;
       }
-      if (state == "failed") {  // rolled back: the VM runs on the source
-        // Its receive at the target still holds the VM's placement there: a
-        // re-plan made before it ends would collide with it (a replacement on the
-        // same slices). The source's Abort may wait behind a collapsed link for
-        // minutes, so the receive is cancelled, and its end awaited (bounded).
-        if (r.dst_job != 0) {
-          (void)Ask(r.target, "cancel", {{"job", r.dst_job}, {"reason", "the source's migration failed"}});
-          AwaitJobEnd(r.target, r.dst_job, std::chrono::seconds(10));
-        }
-        (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, detail);
-        (void)store_->Release(r.reservation);
-        Finish({r.a.vm, action, r.target, VmResult::kFailed, detail, r.a.predicted_stun_ms}, true);
-        // The engine's own verdict (its report's drain_recommended), not the words of its error: a stun over
-        // max stun, a link too slow for the workload, or a time budget it cannot meet.
-        if (j.contains("report") && j["report"].is_object() && j["report"].value("drain_recommended", false)) {
-          fleet_.LearnStunTooLong(r.a.vm);
-        }
-        if (!fleet_.Reachable(r.target)) fleet_.MarkUnreachable(r.target);
-        *replan_why = fmt::format("{} failed: {}", r.a.vm, detail);
-        return true;
-      }
-      const std::string d = fmt::format("source {}: {}", state, detail);  // in doubt, lost
-      (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
-      Finish({r.a.vm, action, r.target, VmResult::kInDoubt, d, r.a.predicted_stun_ms}, true);
-      return true;
     }
-    if (live) {  // confirm: the destination's receive
-      if (state == "completed") {
-        const double stun = stun_[r.a.vm];
-        const std::string d = fmt::format("stun {:.1f} ms (predicted {} ms)", stun, r.a.predicted_stun_ms);
-        (void)Journal(r.a.vm, action, JournalPhase::kCompleted, r.target, d);
-        (void)store_->Release(r.reservation);
-        EvacuationOutcome o{r.a.vm, action, r.target, VmResult::kCompleted, d, r.a.predicted_stun_ms};
-        o.measured_stun_ms = stun;
-        Finish(o, true);
-        return true;
-      }
-      const std::string d = fmt::format("the source completed but {}'s receive ended {}: {}", r.target, state, detail);
-      (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
-      Finish({r.a.vm, action, r.target, VmResult::kInDoubt, d, r.a.predicted_stun_ms}, true);
-      return true;
+    const std::string line = j.value("progress", "");
+    if (line != r.last_line && now - r.last_print > std::chrono::seconds(1)) {
+      Say("{}: {} {}: {}", r.a.vm, ActionPhaseName(r.phase), host, line);
+      r.last_line = line;
+      r.last_print = now;
     }
-    if (r.phase == "replica") {
-      HookEvent(r.a.vm, "start-replica", r.target, state == "completed" ? "completed" : "failed");
-      if (state != "completed") {
-        const std::string d = fmt::format("the replacement replica did not start on {}: {}", r.target, detail);
-        (void)Journal(r.a.vm, action, JournalPhase::kFailed, r.target, d);
-        (void)store_->Release(r.reservation);
-        Finish({r.a.vm, action, r.target, VmResult::kFailed, d + " (the old replica serves on)"}, true);
-        return true;
-      }
-      // The replacement serves: only now does the old one drain (min_serving kept).
-      auto dr = Ask(r.source, "drain", {{"vm", r.a.vm}});
-      if (!dr.ok() || !dr->value("ok", false)) {
-        const std::string d = fmt::format("replacement {} serves on {}, but the drain of {} was refused: {}",
-                                          ReplicaName(r.a.vm), r.target, r.a.vm,
-                                          dr.ok() ? dr->value("error", "") : std::string(dr.status().message()));
-        (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
-        Finish({r.a.vm, action, r.target, VmResult::kInDoubt, d}, true);
-        return true;
-      }
-      r.src_job = (*dr)["job"].get<int64_t>();
-      r.phase = "drain";
-      HookEvent(r.a.vm, "drain", r.source, "started");
-      Say("{}: replacement {} serves on {}; draining {}", r.a.vm, ReplicaName(r.a.vm), r.target, r.a.vm);
-      return false;
+    if (r.phase == ActionPhase::kConfirm && now - r.confirm_since > std::chrono::seconds(60)) {
+      return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
+                 "the source completed but the destination's receive did not finish within 60 s");
     }
-    // drain
-    HookEvent(r.a.vm, "drain", r.source, state == "completed" ? "completed" : "failed");
-    if (state == "completed") {
-      const std::string d = fmt::format("replaced by {} on {}, then drained", ReplicaName(r.a.vm), r.target);
-      (void)Journal(r.a.vm, action, JournalPhase::kCompleted, r.target, d);
-      (void)store_->Release(r.reservation);
-      Finish({r.a.vm, action, r.target, VmResult::kCompleted, d}, true);
-      return true;
+    return false;
+  }
+
+  bool PowerOffEnded(Running& r, agent::JobState state, const std::string& detail) {
+    const bool ok = state == agent::JobState::kCompleted;
+    HookEvent(r.a.vm, "power-off", r.source, ok ? "completed" : "failed");
+    return End(r, ok ? JournalPhase::kCompleted : JournalPhase::kFailed, ok ? VmResult::kCompleted : VmResult::kLeft,
+               ok ? fmt::format("powered off by {}'s hook", r.source) : "the power_off hook failed: " + detail);
+  }
+
+  // The source's migrate ended: completed (its receive is confirmed next),
+  // rolled back (the VM runs on the source; re-planned), or in doubt.
+  bool MigrateEnded(Running& r, agent::JobState state, const Json& j, std::string* replan_why) {
+    const std::string detail = j.value("detail", "");
+    if (state == agent::JobState::kCompleted) {
+      stun_[r.a.vm] = j.contains("report") ? j["report"].value("stun_ms", -1.0) : -1.0;
+      r.phase = ActionPhase::kConfirm;
+      r.confirm_since = SteadyClock::now();
+      LearnLink(r, j, replan_why);
+      return Step(r, replan_why);
     }
-    const std::string d = fmt::format("replacement {} serves on {}, but the drain failed: {}", ReplicaName(r.a.vm),
-                                      r.target, detail);
-    (void)Journal(r.a.vm, action, JournalPhase::kInDoubt, r.target, d);
-    Finish({r.a.vm, action, r.target, VmResult::kInDoubt, d}, true);
+    if (state != agent::JobState::kFailed) {  // in doubt, lost
+      return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
+                 fmt::format("source {}: {}", agent::JobStateName(state), detail));
+    }
+    // Its receive at the target still holds the VM's placement there: a re-plan
+    // made before it ends would collide with it (a replacement on the same
+    // slices). The source's Abort may wait behind a collapsed link for minutes,
+    // so the receive is cancelled, and its end awaited (bounded).
+    if (r.dst_job != 0) {
+      (void)Ask(r.target, "cancel", {{"job", r.dst_job}, {"reason", "the source's migration failed"}});
+      AwaitJobEnd(r.target, r.dst_job, std::chrono::seconds(10));
+    }
+    End(r, JournalPhase::kFailed, VmResult::kFailed, detail);
+    // The engine's own verdict (its report's drain_recommended), not the words of its error: a stun over
+    // max stun, a link too slow for the workload, or a time budget it cannot meet.
+    if (j.contains("report") && j["report"].is_object() && j["report"].value("drain_recommended", false)) {
+      fleet_.LearnStunTooLong(r.a.vm);
+    }
+    if (!fleet_.Reachable(r.target)) fleet_.MarkUnreachable(r.target);
+    *replan_why = fmt::format("{} failed: {}", r.a.vm, detail);
     return true;
+  }
+
+  // The destination's receive ended after its source completed.
+  bool ReceiveEnded(Running& r, agent::JobState state, const std::string& detail) {
+    if (state == agent::JobState::kCompleted) {
+      const double stun = stun_[r.a.vm];
+      return End(r, JournalPhase::kCompleted, VmResult::kCompleted,
+                 fmt::format("stun {:.1f} ms (predicted {} ms)", stun, r.a.predicted_stun_ms), stun);
+    }
+    return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
+               fmt::format("the source completed but {}'s receive ended {}: {}", r.target,
+                           agent::JobStateName(state), detail));
+  }
+
+  // The replacement replica's start hook ended: only once it serves does the
+  // old replica drain (min_serving kept).
+  bool ReplicaEnded(Running& r, agent::JobState state, const std::string& detail) {
+    const bool ok = state == agent::JobState::kCompleted;
+    HookEvent(r.a.vm, "start-replica", r.target, ok ? "completed" : "failed");
+    if (!ok) {
+      return End(r, JournalPhase::kFailed, VmResult::kFailed,
+                 fmt::format("the replacement replica did not start on {}: {} (the old replica serves on)", r.target,
+                             detail));
+    }
+    auto dr = Ask(r.source, "drain", {{"vm", r.a.vm}});
+    if (!dr.ok() || !dr->value("ok", false)) {
+      return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
+                 fmt::format("replacement {} serves on {}, but the drain of {} was refused: {}", ReplicaName(r.a.vm),
+                             r.target, r.a.vm, dr.ok() ? dr->value("error", "") : std::string(dr.status().message())));
+    }
+    r.src_job = (*dr)["job"].get<int64_t>();
+    r.phase = ActionPhase::kDrain;
+    HookEvent(r.a.vm, "drain", r.source, "started");
+    Say("{}: replacement {} serves on {}; draining {}", r.a.vm, ReplicaName(r.a.vm), r.target, r.a.vm);
+    return false;
+  }
+
+  bool DrainEnded(Running& r, agent::JobState state, const std::string& detail) {
+    const bool ok = state == agent::JobState::kCompleted;
+    HookEvent(r.a.vm, "drain", r.source, ok ? "completed" : "failed");
+    if (ok) {
+      return End(r, JournalPhase::kCompleted, VmResult::kCompleted,
+                 fmt::format("replaced by {} on {}, then drained", ReplicaName(r.a.vm), r.target));
+    }
+    return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
+               fmt::format("replacement {} serves on {}, but the drain failed: {}", ReplicaName(r.a.vm), r.target,
+                           detail));
   }
 
   // After a failure: the VMs left, planned again from what the agents report
@@ -822,7 +865,7 @@ class Evacuation::Impl {
       return settle(JournalPhase::kCompleted, VmResult::kCompleted, "powered off (gone from its host) before a controller restart");
     }
     if (at_target && !on_source) return settle(JournalPhase::kCompleted, VmResult::kCompleted, "found at its target after a controller restart");
-    auto adopt = [&](const std::string& phase, int64_t src, int64_t dst) {
+    auto adopt = [&](ActionPhase phase, int64_t src, int64_t dst) {
       Running r;
       r.a.vm = s.vm;
       r.a.action = s.action == "power-off" ? planner::Action::kPowerOff
@@ -834,9 +877,10 @@ class Evacuation::Impl {
       r.phase = phase;
       r.src_job = src;
       r.dst_job = dst;
-      if (phase == "confirm") r.confirm_since = SteadyClock::now();
+      if (phase == ActionPhase::kConfirm) r.confirm_since = SteadyClock::now();
       for (const auto& res : Reserved(s.vm)) r.reservation = res;
-      Say("{}: {} started before a controller restart is still under way ({}): following it", s.vm, s.action, phase);
+      Say("{}: {} started before a controller restart is still under way ({}): following it", s.vm, s.action,
+          ActionPhaseName(phase));
       running_.push_back(std::move(r));
       return Status::Ok();
     };
@@ -845,21 +889,22 @@ class Evacuation::Impl {
     if (!src.is_null()) {
       const std::string kind = src.value("kind", "");
       const int64_t id = src["id"].get<int64_t>();
-      if (kind == "migrate") return adopt("migrate", id, s.target.empty() ? 0 : LatestJob(s.target, s.vm, "receive"));
-      if (kind == "drain" || kind == "power-off") return adopt(kind, id, 0);
+      if (kind == "migrate") return adopt(ActionPhase::kMigrate, id, s.target.empty() ? 0 : LatestJob(s.target, s.vm, "receive"));
+      if (kind == "drain") return adopt(ActionPhase::kDrain, id, 0);
+      if (kind == "power-off") return adopt(ActionPhase::kPowerOff, id, 0);
     }
     if (drain && !s.target.empty()) {
       const Json rep = RunningJob(s.target, ReplicaName(s.vm), "start-replica");
-      if (!rep.is_null()) return adopt("replica", 0, rep["id"].get<int64_t>());
+      if (!rep.is_null()) return adopt(ActionPhase::kReplica, 0, rep["id"].get<int64_t>());
       if (at_target && on_source) {  // replaced, not yet drained: the drain follows
-        return adopt("replica", 0, LatestJob(s.target, ReplicaName(s.vm), "start-replica"));
+        return adopt(ActionPhase::kReplica, 0, LatestJob(s.target, ReplicaName(s.vm), "start-replica"));
       }
     }
     if (!on_source) {
       // Gone from the source, not listed at the target: its receive may still be
       // finishing there; otherwise nobody lists it, which only an operator sorts out.
       const Json recv = s.target.empty() ? Json() : RunningJob(s.target, s.vm, "receive");
-      if (!recv.is_null()) return adopt("confirm", 0, recv["id"].get<int64_t>());
+      if (!recv.is_null()) return adopt(ActionPhase::kConfirm, 0, recv["id"].get<int64_t>());
       return settle(JournalPhase::kInDoubt, VmResult::kInDoubt,
                     fmt::format("after a controller restart no host lists {} (not {}, not {})", s.vm, f_.host,
                                 s.target.empty() ? "its target" : s.target));

@@ -76,12 +76,58 @@ std::optional<planner::Target> TargetOfUnits(const std::string& host, const std:
   return t;
 }
 
+namespace {
+
+// An agent's VM entry as the planner's inventory takes it: without what only
+// the agents use.
+Json PlannerEntry(Json e) {
+  e.erase("device");
+  e.erase("receive_device");
+  e.erase("held");
+  return e;
+}
+
+// `record` counted as occupying `to` under `name` (a VM on its way, a slot held).
+Json Occupant(const Json& record, const std::string& name, const planner::Target& to) {
+  Json e = PlannerEntry(record);
+  e["name"] = name;
+  e["host"] = to.host;
+  e["gpus"] = to.gpus;
+  if (to.placement) {
+    e["placement"] = *to.placement;
+  } else {
+    e.erase("placement");
+  }
+  return e;
+}
+
+}  // namespace
+
 Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string& evacuating,
                       const std::vector<Reservation>& elsewhere) {
   Json vms = Json::array();
+  entries_.clear();
+  GM_RETURN_IF_ERROR(AskAgents(evacuating, vms));
+  for (const auto& m : in_flight) CountInFlight(m, vms);
+  for (const auto& r : elsewhere) CountReserved(r, vms);
+  for (auto& e : vms) {
+    const std::string name = e.value("name", "");
+    if (!stun_too_long_.count(name)) continue;
+    const planner::Host* h = inv_.FindHost(e.value("host", ""));
+    const int64_t too_long = 2 * MaxStunMs(name) + 1;
+    e["estimate"] = {{"link", h ? h->link_text : "1Gbit"}, {"predicted_stun_ms", too_long},
+                     {"predicted_total_ms", too_long}};
+  }
+  live_["vms"] = vms;
+  auto inv = planner::ParseInventory(live_.dump(-1, ' ', false, Json::error_handler_t::replace));
+  if (!inv.ok()) return Internal(fmt::format("the fleet as the agents report it: {}", inv.status().message()));
+  inv_ = std::move(*inv);
+  return Status::Ok();
+}
+
+Status Fleet::AskAgents(const std::string& evacuating, Json& vms) {
   std::map<std::string, Json> from_file;
   for (const auto& v : file_["vms"]) from_file[v.value("name", "")] = v;
-  entries_.clear();
   for (auto& h : live_["hosts"]) {
     const std::string name = h["name"];
     auto r = unreachable_.count(name) ? Result<Json>(Unavailable("unreachable before"))
@@ -103,12 +149,9 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
       h["link"] = fmt::format("{:.6g}Mbit", l->second * 8 / 1e6);
     }
     for (const auto& v : (*r)["vms"]) {
-      Json e = v;
-      entries_[e["name"]] = e;
-      last_seen_[e["name"]] = e;
-      e.erase("device");
-      e.erase("receive_device");
-      e.erase("held");
+      entries_[v["name"]] = v;
+      last_seen_[v["name"]] = v;
+      Json e = PlannerEntry(v);
       const auto f = from_file.find(e["name"]);
       if (f != from_file.end()) {  // what the file knows and the agent does not: its estimate, max stun
         for (const char* k : {"estimate", "max_stun"}) {
@@ -118,78 +161,43 @@ Status Fleet::Refresh(const std::vector<InFlight>& in_flight, const std::string&
       vms.push_back(e);
     }
   }
-  for (const auto& m : in_flight) {  // a VM on its way occupies its target slot already
-    const std::string at_target = m.replica ? ReplicaName(m.vm) : m.vm;
-    // ... and is not planned again from its source.
-    Json kept = Json::array();
-    for (auto& e : vms) {
-      if (!(e.value("name", "") == m.vm && e.value("host", "") == m.source)) kept.push_back(std::move(e));
-    }
-    vms = std::move(kept);
-    if (m.to.gpus.empty()) continue;
-    // Between its source's release and its target's listing no agent lists
-    // it: its last record still occupies the target slot.
-    const Json* record = nullptr;
-    if (auto it = entries_.find(m.vm); it != entries_.end()) {
-      record = &it->second;
-    } else if (auto seen = last_seen_.find(m.vm); seen != last_seen_.end()) {
-      record = &seen->second;
-    }
-    if (record == nullptr) continue;
-    if (auto t = entries_.find(at_target); t != entries_.end() && t->second.value("host", "") == m.to.host) {
-      continue;  // the target lists it already
-    }
-    Json e = *record;
-    e.erase("device");
-    e.erase("receive_device");
-    e.erase("held");
-    e["name"] = (m.replica ? ReplicaName(m.vm) : m.vm) + "@in-flight";
-    e["host"] = m.to.host;
-    e["gpus"] = m.to.gpus;
-    if (m.to.placement) {
-      e["placement"] = *m.to.placement;
-    } else {
-      e.erase("placement");
-    }
-    vms.push_back(e);
-  }
-  for (const auto& r : elsewhere) {  // a slot another evacuation holds: taken until its VM is listed there
-    const std::optional<planner::Target> to = TargetOfUnits(r.host, r.units);
-    auto it = entries_.find(r.vm);
-    if (!to || it == entries_.end()) continue;  // a VM no agent of this fleet lists: its units cannot be counted
-    bool arrived = false;
-    for (const std::string& name : {r.vm, ReplicaName(r.vm)}) {
-      auto t = entries_.find(name);
-      arrived |= t != entries_.end() && t->second.value("host", "") == r.host;
-    }
-    if (arrived) continue;
-    Json e = it->second;
-    e.erase("device");
-    e.erase("receive_device");
-    e.erase("held");
-    e["name"] = r.vm + "@reserved";
-    e["host"] = r.host;
-    e["gpus"] = to->gpus;
-    if (to->placement) {
-      e["placement"] = *to->placement;
-    } else {
-      e.erase("placement");
-    }
-    vms.push_back(e);
-  }
-  for (auto& e : vms) {
-    const std::string name = e.value("name", "");
-    if (!stun_too_long_.count(name)) continue;
-    const planner::Host* h = inv_.FindHost(e.value("host", ""));
-    const int64_t too_long = 2 * MaxStunMs(name) + 1;
-    e["estimate"] = {{"link", h ? h->link_text : "1Gbit"}, {"predicted_stun_ms", too_long},
-                     {"predicted_total_ms", too_long}};
-  }
-  live_["vms"] = vms;
-  auto inv = planner::ParseInventory(live_.dump(-1, ' ', false, Json::error_handler_t::replace));
-  if (!inv.ok()) return Internal(fmt::format("the fleet as the agents report it: {}", inv.status().message()));
-  inv_ = std::move(*inv);
   return Status::Ok();
+}
+
+void Fleet::CountInFlight(const InFlight& m, Json& vms) const {
+  // A VM on its way occupies its target slot already, and is not planned again from its source.
+  const std::string at_target = m.replica ? ReplicaName(m.vm) : m.vm;
+  Json kept = Json::array();
+  for (auto& e : vms) {
+    if (!(e.value("name", "") == m.vm && e.value("host", "") == m.source)) kept.push_back(std::move(e));
+  }
+  vms = std::move(kept);
+  if (m.to.gpus.empty()) return;
+  // Between its source's release and its target's listing no agent lists
+  // it: its last record still occupies the target slot.
+  const Json* record = nullptr;
+  if (auto it = entries_.find(m.vm); it != entries_.end()) {
+    record = &it->second;
+  } else if (auto seen = last_seen_.find(m.vm); seen != last_seen_.end()) {
+    record = &seen->second;
+  }
+  if (record == nullptr) return;
+  if (auto t = entries_.find(at_target); t != entries_.end() && t->second.value("host", "") == m.to.host) {
+    return;  // the target lists it already
+  }
+  vms.push_back(Occupant(*record, at_target + "@in-flight", m.to));
+}
+
+void Fleet::CountReserved(const Reservation& r, Json& vms) const {
+  // A slot another evacuation holds: taken until its VM is listed there.
+  const std::optional<planner::Target> to = TargetOfUnits(r.host, r.units);
+  auto it = entries_.find(r.vm);
+  if (!to || it == entries_.end()) return;  // a VM no agent of this fleet lists: its units cannot be counted
+  for (const std::string& name : {r.vm, ReplicaName(r.vm)}) {
+    auto t = entries_.find(name);
+    if (t != entries_.end() && t->second.value("host", "") == r.host) return;  // arrived
+  }
+  vms.push_back(Occupant(it->second, r.vm + "@reserved", *to));
 }
 
 Result<planner::Plan> Fleet::PlanFor(const std::string& host, bool allow_power_off) const {

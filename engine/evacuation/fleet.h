@@ -72,6 +72,11 @@ class Fleet {
   const planner::Policy& Policy() const { return inv_.policy; }
 
  private:
+  // Each agent's VMs into `vms` (the file's entries for an agent that does not answer).
+  Status AskAgents(const std::string& evacuating, agent::Json& vms);
+  void CountInFlight(const InFlight& m, agent::Json& vms) const;
+  void CountReserved(const Reservation& r, agent::Json& vms) const;
+
   agent::Json file_;
   agent::Json live_;
   planner::Inventory inv_;

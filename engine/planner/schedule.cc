@@ -293,6 +293,16 @@ class Replay {
     double final_bytes = -1;   // >= 0: its final round's bytes after one more round
   };
 
+  // A pass as it runs: each host's migrations (all, and those that want its
+  // link alone), the migrations running and still to start, and the clock.
+  struct State {
+    std::vector<uint32_t> busy, alone;
+    std::vector<Live> live;
+    std::vector<size_t> pending;
+    double now = 0, batch_end = 0, ctl_free = 0;
+    int64_t batch_start = -1;
+  };
+
   // The job's figures at `bw`: setup, rounds' bytes, final bytes, fixed, teardown.
   struct Shape {
     double setup_ms, bytes, final_bytes, fixed_ms, teardown_ms;
@@ -316,62 +326,24 @@ class Replay {
   }
 
   bool Simulate(const Timing& planned, const std::vector<double>& rate, bool batched, Timing& out) {
-    const size_t nh = hosts_.size();
-    std::vector<size_t> order;
-    for (size_t i = 0; i < jobs_.size(); ++i) {
-      if (jobs_[i].migration && jobs_[i].at) order.push_back(i);
-    }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return planned.jobs[a].start_ms < planned.jobs[b].start_ms; });
+    const std::vector<size_t> order = StartOrder(planned);
     std::vector<Shape> shape(jobs_.size());
     for (size_t i : order) {
       if (!(rate[i] > 0)) return false;
       shape[i] = ShapeAt(i, rate[i]);
     }
     avg_.assign(jobs_.size(), 0);
-    std::vector<uint32_t> busy(nh, 0), alone(nh, 0);
-    std::vector<Live> live;
-    std::vector<size_t> pending = order;
-    double now = 0, batch_end = 0, ctl_free = 0;
-    int64_t batch_start = -1;
-    for (int guard = 0; guard < 100000 && (!pending.empty() || !live.empty()); ++guard) {
-      // Start what fits, in order (a later one may overtake one that must wait).
-      for (auto it = pending.begin(); it != pending.end();) {
-        const size_t i = *it;
-        const Job& j = jobs_[i];
-        const bool own = j.alone || planned.jobs[i].whole_link;
-        bool fits = true;
-        for (uint32_t h : {j.source, j.target}) {
-          fits &= busy[h] < hosts_[h].max_migrations && !alone[h] && !(own && busy[h] > 0);
-        }
-        if (batched) {  // the next batch waits for the whole batch before it
-          const int64_t b = planned.jobs[i].start_ms;
-          fits &= b == batch_start || (live.empty() && now >= batch_end);
-        } else if (j.group >= 0) {
-          fits &= now >= static_cast<double>(planned.jobs[i].start_ms);
-        }
-        if (!fits) {
-          ++it;
-          continue;
-        }
-        if (batched) batch_start = planned.jobs[i].start_ms;
-        for (uint32_t h : {j.source, j.target}) {
-          ++busy[h];
-          alone[h] += own;
-        }
-        Live l;
-        l.i = i;
-        l.start = std::max(now, ctl_free);  // the controller starts one at a time
-        ctl_free = l.start + static_cast<double>(j.start_gap_ms);
-        l.until = l.start + shape[i].setup_ms;
-        live.push_back(l);
-        it = pending.erase(it);
-      }
-      if (live.empty()) {  // waits for a group window or the next batch
+    State st;
+    st.busy.assign(hosts_.size(), 0);
+    st.alone.assign(hosts_.size(), 0);
+    st.pending = order;
+    for (int guard = 0; guard < 100000 && (!st.pending.empty() || !st.live.empty()); ++guard) {
+      StartFitting(st, planned, shape, batched);
+      if (st.live.empty()) {  // waits for a group window or the next batch
         double next = INFINITY;
-        for (size_t i : pending) next = std::min(next, static_cast<double>(planned.jobs[i].start_ms));
-        if (!std::isfinite(next) || next <= now) return false;
-        now = next;
+        for (size_t i : st.pending) next = std::min(next, static_cast<double>(planned.jobs[i].start_ms));
+        if (!std::isfinite(next) || next <= st.now) return false;
+        st.now = next;
         continue;
       }
       // Phases that end without time (nothing to move, no fixed part) advance at
@@ -379,84 +351,158 @@ class Replay {
       bool moved_on = true;
       while (moved_on) {
         moved_on = false;
-        for (Live& l : live) moved_on |= Advance(l, shape[l.i], now, out);
+        for (Live& l : st.live) moved_on |= Advance(l, shape[l.i], st.now, out);
       }
-      bool ended = false;
-      for (auto it = live.begin(); it != live.end();) {
-        const Job& j = jobs_[it->i];
-        const uint32_t own = j.alone || planned.jobs[it->i].whole_link;
-        if (it->phase >= 4 && !it->source_freed) {
-          // Its source is done: the controller starts the source's next migration
-          // while the target's receive finishes (engine/evacuation/controller.cc, Busy).
-          --busy[j.source];
-          alone[j.source] -= own;
-          it->source_freed = true;
-          ended = true;
-        }
-        if (it->phase == 5) {
-          --busy[j.target];
-          alone[j.target] -= own;
-          batch_end = std::max(batch_end, now);
-          it = live.erase(it);
-          ended = true;
-        } else {
-          ++it;
-        }
-      }
-      if (ended) continue;
-      std::vector<uint32_t> moving(nh, 0);
-      for (const Live& l : live) {
-        if (l.phase == 1 || l.phase == 2) {
-          ++moving[jobs_[l.i].source];
-          if (jobs_[l.i].target != jobs_[l.i].source) ++moving[jobs_[l.i].target];
-        }
-      }
-      // The engine judges its switchover at the link's present rate (when below
-      // its rounds' average): a migration whose final round would start at a
-      // share well below the rate its rounds were modelled at, and which the
-      // model at that share takes through more rounds, runs one more round (the
-      // bytes it would have sent in the stun) and then a final round of the
-      // model's at that share. Shares are what `evacuate` paces them at.
-      for (Live& l : live) {
-        if (l.phase != 2 || l.decided || l.stun_from != now) continue;
-        l.decided = true;
-        const double r = RateOf(l.i, moving);
-        if (!(r < 0.9 * rate[l.i]) || l.left <= 0) continue;
-        const Shape lo = ShapeAt(l.i, r);
-        if (lo.final_bytes < 0.8 * l.left) {
-          l.phase = 1;
-          l.final_bytes = lo.final_bytes;
-        }
-      }
-      double dt = INFINITY;
-      for (const Live& l : live) {
-        if (l.phase == 1 || l.phase == 2) {
-          dt = std::min(dt, l.left / RateOf(l.i, moving) * 1e3);
-        } else if (l.phase != 5) {
-          dt = std::min(dt, l.until - now);
-        }
-      }
-      if (!std::isfinite(dt)) dt = 0;
-      dt = std::max(dt, 0.0);
-      for (Live& l : live) {
-        if (l.phase == 1 || l.phase == 2) {
-          const double r = RateOf(l.i, moving);
-          if (l.phase == 2 && l.stun_from == now && out.jobs[l.i].final_bandwidth_bytes_per_s == 0) {
-            out.jobs[l.i].final_bandwidth_bytes_per_s = r;
-            out.jobs[l.i].final_shared_with =
-                std::max(moving[jobs_[l.i].source], moving[jobs_[l.i].target]) - 1;
-          }
-          l.left = std::max(0.0, l.left - r * dt / 1e3);
-          l.moved += r * dt / 1e3;
-          l.moving_ms += dt;
-        }
-      }
-      now += dt;
+      if (ReleaseEnded(st, planned)) continue;
+      const std::vector<uint32_t> moving = MovingPerHost(st.live);
+      JudgeSwitchovers(st.live, st.now, moving, rate);
+      const double dt = NextStepMs(st.live, st.now, moving);
+      MoveBytes(st.live, st.now, moving, dt, out);
+      st.now += dt;
     }
-    if (!pending.empty() || !live.empty()) return false;
+    if (!st.pending.empty() || !st.live.empty()) return false;
     out.total_ms = 0;
     for (size_t i = 0; i < jobs_.size(); ++i) out.total_ms = std::max(out.total_ms, out.jobs[i].start_ms + out.jobs[i].t.duration_ms);
     return true;
+  }
+
+  // The migrations to replay, in the order the planned schedule started them.
+  std::vector<size_t> StartOrder(const Timing& planned) const {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < jobs_.size(); ++i) {
+      if (jobs_[i].migration && jobs_[i].at) order.push_back(i);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return planned.jobs[a].start_ms < planned.jobs[b].start_ms; });
+    return order;
+  }
+
+  // Starts what fits now, in order (a later one may overtake one that must wait).
+  void StartFitting(State& st, const Timing& planned, const std::vector<Shape>& shape, bool batched) {
+    for (auto it = st.pending.begin(); it != st.pending.end();) {
+      const size_t i = *it;
+      const Job& j = jobs_[i];
+      const bool own = j.alone || planned.jobs[i].whole_link;
+      bool fits = true;
+      for (uint32_t h : {j.source, j.target}) {
+        fits &= st.busy[h] < hosts_[h].max_migrations && !st.alone[h] && !(own && st.busy[h] > 0);
+      }
+      if (batched) {  // the next batch waits for the whole batch before it
+        const int64_t b = planned.jobs[i].start_ms;
+        fits &= b == st.batch_start || (st.live.empty() && st.now >= st.batch_end);
+      } else if (j.group >= 0) {
+        fits &= st.now >= static_cast<double>(planned.jobs[i].start_ms);
+      }
+      if (!fits) {
+        ++it;
+        continue;
+      }
+      if (batched) st.batch_start = planned.jobs[i].start_ms;
+      for (uint32_t h : {j.source, j.target}) {
+        ++st.busy[h];
+        st.alone[h] += own;
+      }
+      Live l;
+      l.i = i;
+      l.start = std::max(st.now, st.ctl_free);  // the controller starts one at a time
+      st.ctl_free = l.start + static_cast<double>(j.start_gap_ms);
+      l.until = l.start + shape[i].setup_ms;
+      st.live.push_back(l);
+      it = st.pending.erase(it);
+    }
+  }
+
+  // Frees the slots of the migrations that ended (the source's at its teardown,
+  // the target's at its end); true if any did.
+  bool ReleaseEnded(State& st, const Timing& planned) {
+    bool ended = false;
+    for (auto it = st.live.begin(); it != st.live.end();) {
+      const Job& j = jobs_[it->i];
+      const uint32_t own = j.alone || planned.jobs[it->i].whole_link;
+      if (it->phase >= 4 && !it->source_freed) {
+        // Its source is done: the controller starts the source's next migration
+        // while the target's receive finishes (engine/evacuation/controller.cc, Busy).
+        --st.busy[j.source];
+        st.alone[j.source] -= own;
+        it->source_freed = true;
+        ended = true;
+      }
+      if (it->phase == 5) {
+        --st.busy[j.target];
+        st.alone[j.target] -= own;
+        st.batch_end = std::max(st.batch_end, st.now);
+        it = st.live.erase(it);
+        ended = true;
+      } else {
+        ++it;
+      }
+    }
+    return ended;
+  }
+
+  // How many migrations move bytes over each host's link now.
+  std::vector<uint32_t> MovingPerHost(const std::vector<Live>& live) const {
+    std::vector<uint32_t> moving(hosts_.size(), 0);
+    for (const Live& l : live) {
+      if (l.phase == 1 || l.phase == 2) {
+        ++moving[jobs_[l.i].source];
+        if (jobs_[l.i].target != jobs_[l.i].source) ++moving[jobs_[l.i].target];
+      }
+    }
+    return moving;
+  }
+
+  // The engine judges its switchover at the link's present rate (when below
+  // its rounds' average): a migration whose final round would start at a
+  // share well below the rate its rounds were modelled at, and which the
+  // model at that share takes through more rounds, runs one more round (the
+  // bytes it would have sent in the stun) and then a final round of the
+  // model's at that share. Shares are what `evacuate` paces them at.
+  void JudgeSwitchovers(std::vector<Live>& live, double now, const std::vector<uint32_t>& moving,
+                        const std::vector<double>& rate) {
+    for (Live& l : live) {
+      if (l.phase != 2 || l.decided || l.stun_from != now) continue;
+      l.decided = true;
+      const double r = RateOf(l.i, moving);
+      if (!(r < 0.9 * rate[l.i]) || l.left <= 0) continue;
+      const Shape lo = ShapeAt(l.i, r);
+      if (lo.final_bytes < 0.8 * l.left) {
+        l.phase = 1;
+        l.final_bytes = lo.final_bytes;
+      }
+    }
+  }
+
+  // The time to the next event: a migration's bytes moved or its timed phase over (0 where none comes).
+  double NextStepMs(const std::vector<Live>& live, double now, const std::vector<uint32_t>& moving) const {
+    double dt = INFINITY;
+    for (const Live& l : live) {
+      if (l.phase == 1 || l.phase == 2) {
+        dt = std::min(dt, l.left / RateOf(l.i, moving) * 1e3);
+      } else if (l.phase != 5) {
+        dt = std::min(dt, l.until - now);
+      }
+    }
+    if (!std::isfinite(dt)) dt = 0;
+    dt = std::max(dt, 0.0);
+    return dt;
+  }
+
+  // Moves each moving migration's bytes over `dt` at its share of the links.
+  void MoveBytes(std::vector<Live>& live, double now, const std::vector<uint32_t>& moving, double dt, Timing& out) {
+    for (Live& l : live) {
+      if (l.phase == 1 || l.phase == 2) {
+        const double r = RateOf(l.i, moving);
+        if (l.phase == 2 && l.stun_from == now && out.jobs[l.i].final_bandwidth_bytes_per_s == 0) {
+          out.jobs[l.i].final_bandwidth_bytes_per_s = r;
+          out.jobs[l.i].final_shared_with =
+              std::max(moving[jobs_[l.i].source], moving[jobs_[l.i].target]) - 1;
+        }
+        l.left = std::max(0.0, l.left - r * dt / 1e3);
+        l.moved += r * dt / 1e3;
+        l.moving_ms += dt;
+      }
+    }
   }
 
   // Moves `l` into its next phase when the current one is done at `now`; true if it did.

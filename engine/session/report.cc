@@ -61,22 +61,9 @@ std::vector<std::pair<std::string_view, double>> StunBreakdown::Phases() const {
 
 namespace {
 double Round3(double v) { return std::round(v * 1000.0) / 1000.0; }
-}  // namespace
 
-std::string ReportToJson(const MigrationReport& r) {
-  nlohmann::ordered_json j;
-  j["outcome"] = OutcomeName(r.outcome);
-  j["verified"] = r.verified;
-  j["verify_full"] = r.verify_full;
-  j["stun_ms"] = Round3(r.stun_ms);
-  if (r.stun_start_ms > 0) j["stun_start_ms"] = Round3(r.stun_start_ms);
-  nlohmann::ordered_json bd = nlohmann::ordered_json::object();
-  for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) bd[std::string(k)] = Round3(v);
-  j["stun_breakdown_ms"] = bd;
-  j["total_ms"] = Round3(r.total_ms);
-  j["bytes_sent"] = r.bytes_sent;
-  j["bandwidth_bytes_per_s"] = std::round(r.bandwidth_bytes_per_s);
-  j["rounds_bandwidth_bytes_per_s"] = std::round(r.rounds_bandwidth_bytes_per_s);
+// Each round: what it sent and how long it took (and, where it offered pages by digest, how that went).
+nlohmann::ordered_json RoundsJson(const MigrationReport& r) {
   nlohmann::ordered_json rounds = nlohmann::ordered_json::array();
   for (const auto& x : r.rounds) {
     rounds.push_back({{"round", x.round},
@@ -96,17 +83,11 @@ std::string ReportToJson(const MigrationReport& r) {
       rounds.back()["offer_ms"] = Round3(x.offer_ms);
     }
   }
-  j["rounds"] = rounds;
-  if (r.predicted_stun_ms >= 0 && std::isfinite(r.predicted_stun_ms)) {
-    j["predicted_stun_ms"] = Round3(r.predicted_stun_ms);
-  } else {
-    j["predicted_stun_ms"] = nullptr;
-  }
-  j["switchover_reason"] = r.switchover_reason;
-  j["stop_reason"] = std::string(StopReasonName(r.stop_reason));
-  j["drain_recommended"] = r.drain_recommended;
-  j["compression_ratio"] = Round3(r.compression_ratio);
-  if (r.source_workers > 0) j["source_workers"] = r.source_workers;
+  return rounds;
+}
+
+// The codec each region was sent with, and the ratios its sample measured.
+nlohmann::ordered_json CodecsJson(const MigrationReport& r) {
   nlohmann::ordered_json codecs = nlohmann::ordered_json::array();
   for (const auto& c : r.codecs) {
     nlohmann::ordered_json x{{"region", c.region}, {"codec", c.codec}};
@@ -117,7 +98,11 @@ std::string ReportToJson(const MigrationReport& r) {
     }
     codecs.push_back(x);
   }
-  j["codecs"] = codecs;
+  return codecs;
+}
+
+// What each data stream carried.
+nlohmann::ordered_json StreamsJson(const MigrationReport& r) {
   nlohmann::ordered_json streams = nlohmann::ordered_json::array();
   for (const auto& st : r.streams) {
     streams.push_back({{"stream", st.stream},
@@ -125,9 +110,12 @@ std::string ReportToJson(const MigrationReport& r) {
                        {"frames", st.frames},
                        {"bytes_per_s", std::round(st.bytes_per_s)}});
   }
-  j["streams"] = streams;
+  return streams;
+}
+
+// Each broken connection resumed over a new one; `saved`: the bytes the resumptions did not send again.
+nlohmann::ordered_json ResumptionsJson(const MigrationReport& r, uint64_t& saved) {
   nlohmann::ordered_json resumptions = nlohmann::ordered_json::array();
-  uint64_t saved = 0;
   for (const auto& x : r.resumptions) {
     resumptions.push_back({{"round", x.round},
                            {"reason", x.reason},
@@ -136,7 +124,39 @@ std::string ReportToJson(const MigrationReport& r) {
                            {"resent_bytes", x.resent_bytes}});
     saved += x.saved_bytes;
   }
-  j["resumptions"] = resumptions;
+  return resumptions;
+}
+}  // namespace
+
+std::string ReportToJson(const MigrationReport& r) {
+  nlohmann::ordered_json j;
+  j["outcome"] = OutcomeName(r.outcome);
+  j["verified"] = r.verified;
+  j["verify_full"] = r.verify_full;
+  j["stun_ms"] = Round3(r.stun_ms);
+  if (r.stun_start_ms > 0) j["stun_start_ms"] = Round3(r.stun_start_ms);
+  nlohmann::ordered_json bd = nlohmann::ordered_json::object();
+  for (const auto& [k, v] : r.stun_breakdown_ms.Phases()) bd[std::string(k)] = Round3(v);
+  j["stun_breakdown_ms"] = bd;
+  j["total_ms"] = Round3(r.total_ms);
+  j["bytes_sent"] = r.bytes_sent;
+  j["bandwidth_bytes_per_s"] = std::round(r.bandwidth_bytes_per_s);
+  j["rounds_bandwidth_bytes_per_s"] = std::round(r.rounds_bandwidth_bytes_per_s);
+  j["rounds"] = RoundsJson(r);
+  if (r.predicted_stun_ms >= 0 && std::isfinite(r.predicted_stun_ms)) {
+    j["predicted_stun_ms"] = Round3(r.predicted_stun_ms);
+  } else {
+    j["predicted_stun_ms"] = nullptr;
+  }
+  j["switchover_reason"] = r.switchover_reason;
+  j["stop_reason"] = std::string(StopReasonName(r.stop_reason));
+  j["drain_recommended"] = r.drain_recommended;
+  j["compression_ratio"] = Round3(r.compression_ratio);
+  if (r.source_workers > 0) j["source_workers"] = r.source_workers;
+  j["codecs"] = CodecsJson(r);
+  j["streams"] = StreamsJson(r);
+  uint64_t saved = 0;
+  j["resumptions"] = ResumptionsJson(r, saved);
   j["resume_saved_bytes"] = saved;
   j["dedup_pages"] = r.dedup_pages;
   j["dedup_bytes"] = r.dedup_bytes;

@@ -730,6 +730,35 @@ Result<PolicyResult> Source::Decide(const std::vector<uint64_t>& dirty_history, 
   return DecideSwitchover(in);
 }
 
+namespace {
+
+// The rule's bandwidth: the rounds' recent average, or the rate the link
+// carries now when that is lower. A link shared with a migration that
+// started later (an evacuation's migrations on one link) carried this one
+// faster before: the average still counts those seconds, but the final
+// round runs at the present rate, and a stun predicted at the average
+// comes out short (measured: 184-200 ms predicted, 364-427 ms real, on a
+// link that halved late in round 0). The present rate counts only when the
+// round's last full LinkWatch window was the link's own measure
+// (LinkBound: busy or backlogged throughout), so a source slow to produce
+// never looks like a slow link; a round too short for a window leaves the
+// average alone. A present rate above the average is not used: the
+// average is the one the estimator's model samples, and a burst is not a
+// promise. The report keeps both: bandwidth_bytes_per_s is what the rule
+// used, rounds_bandwidth_bytes_per_s the average.
+void SetRuleBandwidth(MigrationReport& report, const LinkWatch& watch) {
+  report.rounds_bandwidth_bytes_per_s = RecentBandwidth(
+      report.rounds, [](const RoundReport& r) { return r.bytes; },
+      // Hashing pages offered by digest is the source's time, not the link's.
+      [](const RoundReport& r) { return std::max(0.0, r.ms - r.offer_ms) / 1e3; });
+  report.bandwidth_bytes_per_s = report.rounds_bandwidth_bytes_per_s;
+  if (watch.LinkBound() && *watch.rate() > 0 && *watch.rate() < report.bandwidth_bytes_per_s) {
+    report.bandwidth_bytes_per_s = *watch.rate();
+  }
+}
+
+}  // namespace
+
 // Rounds until the rule says switch over or abort (or, for a probe, anything
 // but "continue"). decision_ holds its last answer.
 Status Source::PreCopy() {
@@ -753,28 +782,7 @@ Status Source::PreCopy() {
     uint64_t dirty = 0;
     GM_RETURN_IF_ERROR(SyncAll(&dirty));
     dirty_history.push_back(dirty);
-    // The rule's bandwidth: the rounds' recent average, or the rate the link
-    // carries now when that is lower. A link shared with a migration that
-    // started later (an evacuation's migrations on one link) carried this one
-    // faster before: the average still counts those seconds, but the final
-    // round runs at the present rate, and a stun predicted at the average
-    // comes out short (measured: 184-200 ms predicted, 364-427 ms real, on a
-    // link that halved late in round 0). The present rate counts only when the
-    // round's last full LinkWatch window was the link's own measure
-    // (LinkBound: busy or backlogged throughout), so a source slow to produce
-    // never looks like a slow link; a round too short for a window leaves the
-    // average alone. A present rate above the average is not used: the
-    // average is the one the estimator's model samples, and a burst is not a
-    // promise. The report keeps both: bandwidth_bytes_per_s is what the rule
-    // used, rounds_bandwidth_bytes_per_s the average.
-    report_.rounds_bandwidth_bytes_per_s = RecentBandwidth(
-        report_.rounds, [](const RoundReport& r) { return r.bytes; },
-        // Hashing pages offered by digest is the source's time, not the link's.
-        [](const RoundReport& r) { return std::max(0.0, r.ms - r.offer_ms) / 1e3; });
-    report_.bandwidth_bytes_per_s = report_.rounds_bandwidth_bytes_per_s;
-    if (watch_.LinkBound() && *watch_.rate() > 0 && *watch_.rate() < report_.bandwidth_bytes_per_s) {
-      report_.bandwidth_bytes_per_s = *watch_.rate();
-    }
+    SetRuleBandwidth(report_, watch_);
     GM_ASSIGN_OR_RETURN(decision_, Decide(dirty_history, static_cast<uint32_t>(dirty_history.size()) - held));
     decided_ = true;
     if (decision_.decision == Decision::kContinue && opt_.max_total.count() > 0) {

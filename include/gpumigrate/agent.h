@@ -32,6 +32,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpumigrate/launcher.h"
 #include "gpumigrate/status.h"
 #include "gpumigrate/stream.h"
 
@@ -110,6 +111,17 @@ struct TlsFiles {
   std::string ca, cert, key;
 };
 
+// A job's state as `status` reports it ("state").
+enum class JobState {
+  kRunning,
+  kCompleted,
+  kFailed,   // it ended and changed nothing: a migration rolled back, a receive kept nothing, a hook failed
+  kInDoubt,  // it ended past the point of no return without knowing the outcome: the VM is held
+  kLost,     // its process vanished without an exit status: the VM is held
+};
+std::string_view JobStateName(JobState s);  // "running", "completed", "failed", "in-doubt", "lost"
+std::optional<JobState> ParseJobState(std::string_view name);
+
 // Why an agent refused, where its caller acts on the reason: a refusal's
 // "code" (absent: kOther, read the "error").
 enum class RefusalCode {
@@ -146,29 +158,9 @@ std::unique_ptr<Client> MakeTlsClient(TlsFiles tls);
 // resumptions, scrub time, hooks). Every series is in the README (Metrics).
 std::string RenderAgentMetrics(const Json& inventory, const Json& jobs, int64_t now_unix_ms);
 
-// How the agent starts and watches its children; the real one runs processes,
-// tests may substitute their own.
-class Launcher {
- public:
-  virtual ~Launcher() = default;
-  // Runs argv with stdout in `out`, stderr in `err`, and, once it exits, its exit
-  // status written to `rc` (the file outlives the agent). Returns an id
-  // (a process id for the real launcher) and a token that tells a reused id apart.
-  struct Started {
-    int64_t id = 0;
-    std::string token;
-  };
-  virtual Result<Started> Start(const std::vector<std::string>& argv, const std::string& out, const std::string& err,
-                                const std::string& rc) = 0;
-  // Whether the child with this id and token still runs.
-  virtual bool Alive(int64_t id, const std::string& token) = 0;
-  virtual void Kill(int64_t id, const std::string& token) = 0;
-  // Collects children that have exited (the real launcher's zombie shells).
-  virtual void Reap() {}
-};
-// Children in a session of their own (an agent killed or restarted leaves them
-// running); `rc` is written by a /bin/sh that waits for the child.
-std::unique_ptr<Launcher> MakeProcessLauncher();
+// How the agent starts and watches its children (gpumigrate/launcher.h).
+using Launcher = gpumigrate::Launcher;
+using gpumigrate::MakeProcessLauncher;
 
 struct AgentOptions {
   std::string self_exe;         // the gpumigrate binary the children run

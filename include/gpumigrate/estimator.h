@@ -297,6 +297,21 @@ Result<ProjectionTable> ProjectTable(const DeviceProfile& measured, const Estima
 std::string ProjectionTableToJson(const ProjectionTable& t);
 std::string EstimateToJson(const EstimateReport& r);
 
+// The path a migration of `device` (its spec) with these flags takes (its
+// transport, streams, codec and cap, and the device's backend).
+PathConfig PathConfigFor(const std::string& transport, uint32_t streams, const CodecChoice& codec,
+                         double cap_bytes_per_s, const std::string& device);
+// Sets o.path from the stored path calibration, measuring it first when there is
+// none (or o.recalibrate); a projection to a target keeps its own rates. A proc
+// device whose backend cannot be calibrated here (no gpumigrate-workload to
+// run: programs.workload "") takes the sim path, and o.path_note says so.
+Status AttachPathCalibration(const std::string& transport, uint32_t streams, const std::string& device,
+                             EstimateOptions& o, const PathRunPrograms& programs);
+// The stored calibration of a migration's path: its device's backend's, else
+// the sim path's; nullopt when neither is stored. `migrate` takes its fixed
+// switchover cost from it and records what it measured against it.
+std::optional<PathCalibration> StoredPathFor(const PathConfig& path);
+
 // The probe run's first half (`demo/migrate --dry-run`): estimate from
 // observation alone, then make the source's switchover rule use the fixed cost
 // the estimate assumed, so prediction and probe decide alike.

@@ -21,11 +21,15 @@
 // in-process calibration, so each configuration is measured once per host.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "gpumigrate/launcher.h"
+#include "gpumigrate/report.h"
 #include "gpumigrate/status.h"
 
 namespace gpumigrate {
@@ -89,5 +93,40 @@ std::string DefaultPathCalibrationFile();
 Result<std::optional<PathCalibration>> LoadPathCalibration(const PathConfig& config);
 // Adds or replaces the configuration's entry (written to a temporary file and renamed).
 Status StorePathCalibration(const PathCalibration& c);
+
+// The switchover rule's fixed cost for a migration on a path: its stored
+// calibration's (`estimate` measured it between two processes) when there is
+// one, else the in-process calibration's (StoredFixedCost), else `fallback`.
+std::chrono::nanoseconds SwitchoverFixedCostFor(const std::optional<PathCalibration>& path,
+                                                std::chrono::nanoseconds fallback);
+
+// The programs a calibration runs, and how (engine/estimator/path_runner.cc).
+struct PathRunPrograms {
+  std::string gpumigrate;        // the binary whose receive and migrate run the migrations
+  std::string workload;          // gpumigrate-workload, for a proc backend ("": none)
+  std::string workload_missing;  // why there is none, when it is ""
+  Launcher* launcher = nullptr;  // null: MakeProcessLauncher()
+  std::function<void(const std::string&)> progress;  // a line per step ("calibrating ..."); may be empty
+};
+
+// The sim devices a configuration is calibrated on: 512 MiB uncapped, or what
+// the cap moves in 1 s (64 to 512 MiB), with a large final round; a quarter of
+// that with a nearly empty one. $GPUMIGRATE_PATH_CALIBRATION_SIZE overrides the
+// larger size (e.g. for tests).
+std::string PathCalibrationDevice(const PathConfig& c, bool large_final);
+// A proc backend's runs migrate gpumigrate-workload processes (the shim linked
+// in) into adopting ones: the arguments of the two kinds' source (the
+// destination adds --adopt).
+std::vector<std::string> ProcCalibrationWorkload(const PathConfig& c, bool large_final);
+
+// Four migrations measured now (two of each kind) between two processes on
+// loopback, fitted.
+Result<PathCalibration> MeasurePath(const PathConfig& c, const PathRunPrograms& programs);
+// The stored calibration of `c`, or (none stored, or `force`) MeasurePath's, stored.
+Result<PathCalibration> LoadOrMeasurePath(const PathConfig& c, bool force, const PathRunPrograms& programs,
+                                          bool* measured_now);
+// Adds what a completed migration `r` on `c`'s path measured against `c` to
+// the host's record (path_spread.h).
+Status RecordAgainstPath(const PathCalibration& c, const MigrationReport& r);
 
 }  // namespace gpumigrate

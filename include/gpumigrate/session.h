@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gpumigrate/clock.h"
@@ -112,6 +113,13 @@ struct Reconnected {
 // Joins that connection within `window` (the source connects, the destination
 // accepts), or says why it could not.
 using Reconnect = std::function<Result<Reconnected>(std::chrono::nanoseconds window)>;
+
+// The data streams a migration opens by default: one per core (at least 2, at
+// most 8), each with its own sending thread.
+inline uint32_t DefaultStreams() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n < 2 ? 2 : (n > 8 ? 8 : n);
+}
 
 struct SourceOptions {
   // Switch over when the predicted stun is within downtime_target; when not

@@ -15,7 +15,7 @@ from pathlib import Path
 # Which layer each public header belongs to: the one that defines it (or, for a
 # seam's interface, the lowest layer that uses it). None: no layer may include it.
 PUBLIC_HEADERS = {
-    "status.h": "common", "units.h": "common", "clock.h": "common", "bitmap.h": "common",
+    "status.h": "common", "units.h": "common", "launcher.h": "common", "clock.h": "common", "bitmap.h": "common",
     "stats.h": "common", "rate_file.h": "common", "prom_text.h": "common",
     "stream.h": "common",  # the Stream interface; MakePipe, its in-memory pipe, is net's
     "codec.h": "codec",

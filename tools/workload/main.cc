@@ -189,15 +189,10 @@ int Run(const Options& o) {
   return RunWith(opt, *size, *rate);
 }
 
-int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
-  Workload w;
-  w.st.seed = o.seed;
-  w.st.page_size = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
-  w.st.size = (size_bytes + w.st.page_size - 1) / w.st.page_size * w.st.page_size;
-  w.pages = w.st.size / w.st.page_size;
-  w.st.versions.assign(w.pages, 0);
+// Maps the region as --memory says (through the shim, or anonymous memory it
+// registers) and sets w.mem. 0, or the exit code after printing why.
+int MapRegion(const Options& o, Workload& w) {
   uint32_t flags = o.dma ? GM_SHIM_DMA_WRITTEN : 0;
-  int memfd = -1;
   if (o.memory == "memfd") {
     w.mem = static_cast<std::byte*>(gm_shim_alloc("workload", w.st.size, GM_SHIM_HINT_DYNAMIC, flags));
     if (w.mem == nullptr) return Fail("gm_shim_alloc");
@@ -217,6 +212,12 @@ int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
     w.mem = base;
     if (gm_shim_register("workload", w.mem, w.st.size, GM_SHIM_HINT_DYNAMIC, flags) != 0) return Fail("gm_shim_register");
   }
+  return 0;
+}
+
+// Where writes go: the registered mapping, or with --write-via alias a second
+// mapping of the memfd. 0, or the exit code after printing why.
+int MapWrites(const Options& o, Workload& w) {
   w.wmem = w.mem;
   if (o.write_via == "alias") {
     if (o.memory != "memfd") {
@@ -225,11 +226,10 @@ int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
     }
     // A second mapping of the same memory, as a device's DMA engine would write it:
     // the registered mapping's page tables never see these writes.
-    memfd = -1;
     char path[64];
     std::snprintf(path, sizeof(path), "/proc/self/map_files/%lx-%lx", reinterpret_cast<unsigned long>(w.mem),
                   reinterpret_cast<unsigned long>(w.mem + w.st.size));
-    memfd = open(path, O_RDWR | O_CLOEXEC);
+    const int memfd = open(path, O_RDWR | O_CLOEXEC);
     if (memfd < 0) {
       fmt::print(stderr, "workload: open {}: {}\n", path, std::strerror(errno));
       return 2;
@@ -238,45 +238,77 @@ int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
     if (alias == MAP_FAILED) return 2;
     w.wmem = static_cast<std::byte*>(alias);
   }
-  gm_shim_set_state(&SaveState, &w, 32 + w.pages * 4);
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
+  return 0;
+}
 
-  double pages_per_s = rate_bytes_per_s / static_cast<double>(w.st.page_size);
-  auto forever = std::chrono::steady_clock::time_point::max();
+// --threads writers until `until`, a signal or the release; returns once all ended.
+void RunWriters(Workload& w, const Options& o, double pages_per_s, std::chrono::steady_clock::time_point until,
+                std::atomic<bool>& released) {
+  std::vector<std::thread> ts;
+  for (uint32_t t = 0; t < o.threads; ++t) {
+    ts.emplace_back([&, t] { Writer(w, o, pages_per_s, t, o.threads, until, released); });
+  }
+  for (auto& t : ts) t.join();
+}
 
-  if (!o.adopt) {
-    uint64_t fill = static_cast<uint64_t>(static_cast<double>(w.pages) * o.fill);
-    for (uint64_t p = 0; p < fill; ++p) w.Write(static_cast<uint32_t>(p));
-    if (gm_shim_start() != 0) return Fail("gm_shim_start");
-    fmt::print("ready pid={} role=source pages={} page_size={}\n", getpid(), w.pages, w.st.page_size);
+// Source: fills the region and writes until migrated away (exit 0), --run-for
+// passes or a signal (then the self-check decides).
+int RunAsSource(const Options& o, Workload& w, double pages_per_s) {
+  uint64_t fill = static_cast<uint64_t>(static_cast<double>(w.pages) * o.fill);
+  for (uint64_t p = 0; p < fill; ++p) w.Write(static_cast<uint32_t>(p));
+  if (gm_shim_start() != 0) return Fail("gm_shim_start");
+  fmt::print("ready pid={} role=source pages={} page_size={}\n", getpid(), w.pages, w.st.page_size);
+  std::fflush(stdout);
+  auto until = std::chrono::steady_clock::time_point::max();
+  if (!o.run_for.empty()) {
+    auto d = ParseDuration(o.run_for);
+    if (!d.ok()) return 2;
+    until = std::chrono::steady_clock::now() + *d;
+  }
+  std::atomic<bool> released{false};
+  RunWriters(w, o, pages_per_s, until, released);
+  if (released || gm_shim_released()) {
+    if (!DumpHashes(w, o.dump_hashes)) return 2;
+    fmt::print("released at step {}: the workload moved to the destination\n", w.step.load());
     std::fflush(stdout);
-    auto until = forever;
-    if (!o.run_for.empty()) {
-      auto d = ParseDuration(o.run_for);
-      if (!d.ok()) return 2;
-      until = std::chrono::steady_clock::now() + *d;
-    }
-    std::atomic<bool> released{false};
-    std::vector<std::thread> ts;
-    for (uint32_t t = 0; t < o.threads; ++t) {
-      ts.emplace_back([&, t] { Writer(w, o, pages_per_s, t, o.threads, until, released); });
-    }
-    for (auto& t : ts) t.join();
-    if (released || gm_shim_released()) {
-      if (!DumpHashes(w, o.dump_hashes)) return 2;
-      fmt::print("released at step {}: the workload moved to the destination\n", w.step.load());
-      std::fflush(stdout);
-      gm_shim_shutdown();
-      return 0;
-    }
-    int64_t n = w.Check("at exit");
     gm_shim_shutdown();
-    if (n < 0) return 1;
-    fmt::print("self-check at exit: {} pages OK at step {}\n", n, w.step.load());
     return 0;
   }
+  int64_t n = w.Check("at exit");
+  gm_shim_shutdown();
+  if (n < 0) return 1;
+  fmt::print("self-check at exit: {} pages OK at step {}\n", n, w.step.load());
+  return 0;
+}
 
+// Waits (at most `timeout`) for the migrated state and checks it fits this
+// process; fills `got`. 0, or the exit code after printing why.
+int AwaitAdoption(const Workload& w, std::chrono::nanoseconds timeout, State& got) {
+  void* blob = nullptr;
+  size_t len = 0;
+  // Wait in slices so SIGTERM/SIGINT end the wait too.
+  auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (gm_shim_wait_adopt(&blob, &len, 200) != 0) {
+    if (g_stop.load()) {
+      fmt::print(stderr, "workload[{}]: stopped while waiting to adopt\n", getpid());
+      gm_shim_shutdown();
+      return 1;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) return Fail("waiting to adopt");
+  }
+  std::string why = got.Parse(std::span(static_cast<const std::byte*>(blob), len));
+  std::free(blob);
+  if (!why.empty() || got.size != w.st.size || got.page_size != w.st.page_size || got.seed != w.st.seed) {
+    fmt::print(stderr, "workload[{}]: cannot adopt: {}\n", getpid(),
+               !why.empty() ? why : "the source's geometry or seed differs from this process's");
+    return 1;
+  }
+  return 0;
+}
+
+// Adopt: waits for a migration, checks every page against the source's at stop,
+// then writes on for --run-after and checks again.
+int RunAsDestination(const Options& o, Workload& w, double pages_per_s) {
   // The destination's memory exists before data arrives (as a GPU's does): fault it
   // in now rather than page by page while round 0 lands.
   std::memset(w.mem, 0, w.st.size);
@@ -286,26 +318,8 @@ int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
   auto timeout = ParseDuration(o.adopt_timeout);
   auto after = ParseDuration(o.run_after);
   if (!timeout.ok() || !after.ok()) return 2;
-  void* blob = nullptr;
-  size_t len = 0;
-  // Wait in slices so SIGTERM/SIGINT end the wait too.
-  auto give_up = std::chrono::steady_clock::now() + *timeout;
-  while (gm_shim_wait_adopt(&blob, &len, 200) != 0) {
-    if (g_stop.load()) {
-      fmt::print(stderr, "workload[{}]: stopped while waiting to adopt\n", getpid());
-      gm_shim_shutdown();
-      return 1;
-    }
-    if (std::chrono::steady_clock::now() >= give_up) return Fail("waiting to adopt");
-  }
   State got;
-  std::string why = got.Parse(std::span(static_cast<const std::byte*>(blob), len));
-  std::free(blob);
-  if (!why.empty() || got.size != w.st.size || got.page_size != w.st.page_size || got.seed != w.st.seed) {
-    fmt::print(stderr, "workload[{}]: cannot adopt: {}\n", getpid(),
-               !why.empty() ? why : "the source's geometry or seed differs from this process's");
-    return 1;
-  }
+  if (int rc = AwaitAdoption(w, *timeout, got); rc != 0) return rc;
   w.st.versions = std::move(got.versions);
   w.step = got.step;
   int64_t n = w.Check("after adopt");
@@ -316,17 +330,30 @@ int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
   if (after->count() > 0) {
     std::atomic<bool> released{false};
     auto until = std::chrono::steady_clock::now() + *after;
-    std::vector<std::thread> ts;
-    for (uint32_t t = 0; t < o.threads; ++t) {
-      ts.emplace_back([&, t] { Writer(w, o, pages_per_s, t, o.threads, until, released); });
-    }
-    for (auto& t : ts) t.join();
+    RunWriters(w, o, pages_per_s, until, released);
     n = w.Check("after running on");
     if (n < 0) return 1;
     fmt::print("ran on to step {}: {} pages OK\n", w.step.load(), n);
   }
   gm_shim_shutdown();
   return 0;
+}
+
+int RunWith(const Options& o, uint64_t size_bytes, double rate_bytes_per_s) {
+  Workload w;
+  w.st.seed = o.seed;
+  w.st.page_size = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  w.st.size = (size_bytes + w.st.page_size - 1) / w.st.page_size * w.st.page_size;
+  w.pages = w.st.size / w.st.page_size;
+  w.st.versions.assign(w.pages, 0);
+  if (int rc = MapRegion(o, w); rc != 0) return rc;
+  if (int rc = MapWrites(o, w); rc != 0) return rc;
+  gm_shim_set_state(&SaveState, &w, 32 + w.pages * 4);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+
+  double pages_per_s = rate_bytes_per_s / static_cast<double>(w.st.page_size);
+  return o.adopt ? RunAsDestination(o, w, pages_per_s) : RunAsSource(o, w, pages_per_s);
 }
 
 }  // namespace

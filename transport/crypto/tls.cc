@@ -16,6 +16,7 @@
 #include <charconv>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include <fmt/format.h>
@@ -265,6 +266,64 @@ std::string HandshakeFailure(SSL* ssl, const TlsConfig& cfg, int err, int saved_
   return why;
 }
 
+// Loads this end's certificate, key and CA for mutual certificates: the step
+// that failed (OpenSSL's queue says why), none where all loaded.
+std::optional<std::string> LoadCertificates(SSL_CTX* ctx, const TlsConfig& cfg) {
+  if (SSL_CTX_use_certificate_chain_file(ctx, cfg.cert_file.c_str()) != 1) return "load " + cfg.cert_file;
+  if (SSL_CTX_use_PrivateKey_file(ctx, cfg.key_file.c_str(), SSL_FILETYPE_PEM) != 1) return "load " + cfg.key_file;
+  if (SSL_CTX_check_private_key(ctx) != 1) return "match key to certificate";
+  if (SSL_CTX_load_verify_locations(ctx, cfg.ca_file.c_str(), nullptr) != 1) return "load CA " + cfg.ca_file;
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  return std::nullopt;
+}
+
+// How the connection checks its peer: by the external PSK, or (a client) by
+// the name or address the peer's certificate must carry.
+void SetPeerChecks(SSL* ssl, const TlsConfig& cfg, PskState* psk, bool server) {
+  if (psk) {
+    SSL_set_ex_data(ssl, 0, psk);
+    if (server) {
+      SSL_set_psk_find_session_callback(ssl, ServerPskCb);
+    } else {
+      SSL_set_psk_use_session_callback(ssl, ClientPskCb);
+    }
+  } else if (!server && !cfg.expected_host.empty()) {
+    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+    in6_addr a6;
+    in_addr a4;
+    if (inet_pton(AF_INET, cfg.expected_host.c_str(), &a4) == 1 || inet_pton(AF_INET6, cfg.expected_host.c_str(), &a6) == 1) {
+      X509_VERIFY_PARAM_set1_ip_asc(param, cfg.expected_host.c_str());
+    } else {
+      X509_VERIFY_PARAM_set1_host(param, cfg.expected_host.c_str(), 0);
+    }
+  }
+}
+
+// Bounds the socket's blocking reads and writes (0: no bound).
+void SetSocketTimeouts(int fd, std::chrono::milliseconds timeout) {
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+}
+
+// Runs the handshake: SSL_accept's or SSL_connect's result, with its SSL error
+// and errno. A blocking call with a socket timeout returns EINTR (not a
+// restart) when io_uring task work or a signal interrupts it: it tries again
+// until the deadline.
+int RunHandshake(SSL* ssl, bool server, std::chrono::milliseconds timeout, int& err, int& saved_errno) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  int rc;
+  while (true) {
+    errno = 0;
+    rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
+    saved_errno = errno;
+    err = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl, rc);
+    const bool again = err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE;
+    if (!(again && saved_errno == EINTR && std::chrono::steady_clock::now() < deadline)) break;
+  }
+  return rc;
+}
+
 Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool server,
                                              std::chrono::milliseconds timeout) {
   if (std::string p = cfg.Problem(); !p.empty()) {
@@ -291,12 +350,8 @@ Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool 
       return key.status();
     }
     psk = std::make_unique<PskState>(PskState{*key, cfg.psk_identity});
-  } else {
-    if (SSL_CTX_use_certificate_chain_file(ctx, cfg.cert_file.c_str()) != 1) return fail("load " + cfg.cert_file);
-    if (SSL_CTX_use_PrivateKey_file(ctx, cfg.key_file.c_str(), SSL_FILETYPE_PEM) != 1) return fail("load " + cfg.key_file);
-    if (SSL_CTX_check_private_key(ctx) != 1) return fail("match key to certificate");
-    if (SSL_CTX_load_verify_locations(ctx, cfg.ca_file.c_str(), nullptr) != 1) return fail("load CA " + cfg.ca_file);
-    SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  } else if (std::optional<std::string> failed_step = LoadCertificates(ctx, cfg)) {
+    return fail(*failed_step);
   }
   SSL* ssl = SSL_new(ctx);
   if (ssl == nullptr) return fail("new connection");
@@ -304,39 +359,11 @@ Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool 
     SSL_free(ssl);
     return fail("socket BIO");
   }
-  if (psk) {
-    SSL_set_ex_data(ssl, 0, psk.get());
-    if (server) {
-      SSL_set_psk_find_session_callback(ssl, ServerPskCb);
-    } else {
-      SSL_set_psk_use_session_callback(ssl, ClientPskCb);
-    }
-  } else if (!server && !cfg.expected_host.empty()) {
-    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-    in6_addr a6;
-    in_addr a4;
-    if (inet_pton(AF_INET, cfg.expected_host.c_str(), &a4) == 1 || inet_pton(AF_INET6, cfg.expected_host.c_str(), &a6) == 1) {
-      X509_VERIFY_PARAM_set1_ip_asc(param, cfg.expected_host.c_str());
-    } else {
-      X509_VERIFY_PARAM_set1_host(param, cfg.expected_host.c_str(), 0);
-    }
-  }
+  SetPeerChecks(ssl, cfg, psk.get(), server);
   // The handshake blocks, bounded by socket timeouts; the data phase is non-blocking.
-  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  // A blocking call with a socket timeout returns EINTR (not a restart) when
-  // io_uring task work or a signal interrupts it: try again until the deadline.
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  int rc, err, saved_errno;
-  while (true) {
-    errno = 0;
-    rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
-    saved_errno = errno;
-    err = rc == 1 ? SSL_ERROR_NONE : SSL_get_error(ssl, rc);
-    const bool again = err == SSL_ERROR_WANT_READ || err == SSL_ERROR_WANT_WRITE;
-    if (!(again && saved_errno == EINTR && std::chrono::steady_clock::now() < deadline)) break;
-  }
+  SetSocketTimeouts(fd, timeout);
+  int err = 0, saved_errno = 0;
+  const int rc = RunHandshake(ssl, server, timeout, err, saved_errno);
   if (rc != 1) {
     std::string why = HandshakeFailure(ssl, cfg, err, saved_errno, timeout);
     SSL_free(ssl);
@@ -344,9 +371,7 @@ Result<std::unique_ptr<TlsStream>> Handshake(int fd, const TlsConfig& cfg, bool 
     ::close(fd);
     return Unavailable(fmt::format("tls: handshake as {} failed: {}", server ? "server" : "client", why));
   }
-  timeval zero{0, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &zero, sizeof zero);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &zero, sizeof zero);
+  SetSocketTimeouts(fd, std::chrono::milliseconds(0));
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   return std::unique_ptr<TlsStream>(
       std::make_unique<TlsStreamImpl>(fd, ctx, ssl, std::move(psk), server ? "tls control (server)" : "tls control (client)"));

@@ -624,6 +624,16 @@ TEST_F(AgentTest, ADamagedStateFileIsRefusedNamingIt) {
   a = Agent::Open(std::move(*cfg), o, std::make_unique<FakeLauncher>(&children_));
   ASSERT_FALSE(a.ok());
   EXPECT_NE(std::string(a.status().message()).find("state of host 'gpu-z'"), std::string::npos);
+  // A job whose state no agent writes ("in_doubt", the report's spelling) is
+  // refused, not read as running or ended.
+  std::ofstream(dir_ / "state.json") << R"({"version": 1, "host": "gpu-a", "maintenance": false, "next_job": 2,
+    "vms": [], "held": {}, "jobs": [{"id": 1, "kind": "migrate", "vm": "llm-1", "state": "in_doubt", "pid": 0,
+    "token": ""}]})";
+  cfg = ParseAgentConfig(kConfig);
+  a = Agent::Open(std::move(*cfg), o, std::make_unique<FakeLauncher>(&children_));
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(std::string(a.status().message()).find("job 1 has the unknown state 'in_doubt'"), std::string::npos)
+      << a.status().message();
 }
 
 TEST_F(AgentTest, PowerOffRunsTheHostsHookOrIsRefused) {

@@ -5,7 +5,8 @@
 // "bytes_sent", "bytes_per_s" (over the last second), "round_bytes_total" (the
 // dirty set a round considers) and "round_bytes_done"; from the destination's,
 // "bytes_applied" and "bytes_per_s". Best effort: a file that
-// cannot be written leaves the agent its clock.
+// cannot be written leaves the agent its clock. The writer and the agent that
+// reads it (agent.cc, status) are one layer: one home for the format.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 
 #include "gpumigrate/session.h"
 
-namespace gpumigrate::cli {
+namespace gpumigrate::agent {
 
 class PhaseFile {
  public:
@@ -26,7 +27,7 @@ class PhaseFile {
   explicit PhaseFile(std::string path, bool applied = false) : path_(std::move(path)), applied_(applied) {}
   void OnPhase(Phase p, uint32_t round);
   void OnProgress(const Progress& p);
-  std::string Json() const;  // what the file holds now
+  std::string Text() const;  // what the file holds now
 
  private:
   void Write();
@@ -39,4 +40,4 @@ class PhaseFile {
   std::deque<std::pair<double, uint64_t>> window_;  // (elapsed_s, bytes_sent) over the last second
 };
 
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate::agent

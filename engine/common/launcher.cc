@@ -12,14 +12,15 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/launcher.h"
 
 extern char** environ;
 
-namespace gpumigrate::agent {
+namespace gpumigrate {
 namespace {
 
 // Field 22 of /proc/PID/stat (start time in clock ticks since boot) tells a
@@ -103,4 +104,25 @@ class ProcessLauncher : public Launcher {
 
 std::unique_ptr<Launcher> MakeProcessLauncher() { return std::make_unique<ProcessLauncher>(); }
 
-}  // namespace gpumigrate::agent
+int AwaitExit(Launcher& launcher, const Launcher::Started& child, const std::string& rc,
+              std::chrono::milliseconds limit) {
+  auto ended_within = [&](std::chrono::milliseconds wait) {
+    const auto until = std::chrono::steady_clock::now() + wait;
+    while (launcher.Alive(child.id, child.token)) {
+      if (std::chrono::steady_clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return true;
+  };
+  if (!ended_within(limit)) {
+    launcher.Kill(child.id, child.token);
+    ended_within(std::chrono::seconds(10));
+    return -1;
+  }
+  int status = -1;
+  std::ifstream in(rc);
+  if (!(in >> status)) return -1;
+  return status;
+}
+
+}  // namespace gpumigrate

@@ -1,6 +1,6 @@
 // --phase-file's contents: the phase, and from the source's progress the bytes
 // sent and the rate over about the last second (not since the start).
-#include "cli/phase_file.h"
+#include "engine/agent/phase_file.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <gtest/gtest.h>
 
-namespace gpumigrate::cli {
+namespace gpumigrate::agent {
 namespace {
 
 nlohmann::json Read(const std::string& path) {
@@ -76,4 +76,4 @@ TEST(PhaseFile, TheDestinationsCountsBytesApplied) {
 }
 
 }  // namespace
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate::agent

@@ -1,4 +1,4 @@
-#include "cli/phase_file.h"
+#include "engine/agent/phase_file.h"
 
 #include <cmath>
 
@@ -7,7 +7,7 @@
 #include "gpumigrate/rate_file.h"
 #include "gpumigrate/report.h"
 
-namespace gpumigrate::cli {
+namespace gpumigrate::agent {
 
 void PhaseFile::OnPhase(Phase p, uint32_t round) {
   {
@@ -29,7 +29,7 @@ void PhaseFile::OnProgress(const Progress& p) {
   Write();
 }
 
-std::string PhaseFile::Json() const {
+std::string PhaseFile::Text() const {
   std::lock_guard lock(mu_);
   std::string s = fmt::format(R"({{"phase": "{}", "round": {})", phase_ ? PhaseName(*phase_) : "starting", round_);
   if (progress_) {
@@ -52,6 +52,6 @@ std::string PhaseFile::Json() const {
   return s + "}";
 }
 
-void PhaseFile::Write() { (void)ReplaceFile(path_, Json()); }
+void PhaseFile::Write() { (void)ReplaceFile(path_, Text()); }
 
-}  // namespace gpumigrate::cli
+}  // namespace gpumigrate::agent
