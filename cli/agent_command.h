@@ -1,5 +1,5 @@
 // `gpumigrate agent`: the per-host agent of a host evacuation (issue 12), serving
-// controllers over mutual TLS (include/gpumigrate/agent.h has the requests);
+// controllers over mutual TLS (include/gpumigrate/agent/agent.h has the requests);
 // `gpumigrate agent-call`: one request to an agent, its reply printed as JSON
 // (exit 0 done, 1 refused by the agent, 2 usage, connection or TLS failure).
 #pragma once
@@ -9,7 +9,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 
 namespace gpumigrate::cli {
 

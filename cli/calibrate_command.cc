@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/print.h"
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/projection.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/estimator/projection.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

@@ -14,12 +14,12 @@
 #include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/open_device.h"
-#include "gpumigrate/proc.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/devices/open_device.h"
+#include "gpumigrate/devices/proc.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 namespace {

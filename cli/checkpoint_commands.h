@@ -1,5 +1,5 @@
 // `gpumigrate checkpoint` (write; `checkpoint verify`, `checkpoint info`) and
-// `gpumigrate restore`: device state to a file and back (gpumigrate/checkpoint.h).
+// `gpumigrate restore`: device state to a file and back (gpumigrate/checkpoint/checkpoint.h).
 #pragma once
 
 #include <atomic>

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/print.h"
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/open_device.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/devices/open_device.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

@@ -13,7 +13,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate::cli {
 

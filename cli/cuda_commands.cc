@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/print.h"
-#include "gpumigrate/cuda_checkpoint.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/cuda_checkpoint.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 namespace {

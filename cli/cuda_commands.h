@@ -1,5 +1,5 @@
 // `gpumigrate cuda state|suspend|resume PID`: a CUDA process's checkpoint state
-// through the driver's checkpoint API (include/gpumigrate/cuda_checkpoint.h).
+// through the driver's checkpoint API (include/gpumigrate/devices/cuda_checkpoint.h).
 //
 // Exit codes (the CLI contract): 0 done; 1 failed and the process is RUNNING
 // (nothing lost: a lock that timed out, a checkpoint unlocked back, a resume of

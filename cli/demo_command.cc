@@ -12,11 +12,11 @@
 #include "cli/print.h"
 #include "cli/progress.h"
 #include "cli/report_print.h"
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

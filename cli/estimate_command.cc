@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/open_device.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/open_device.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

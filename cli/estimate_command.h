@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/source_flags.h"
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::cli {
 

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "cli/estimate_command.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/projection.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/estimator/projection.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <string>
 
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/estimator.h"
 
 namespace gpumigrate::cli {
 

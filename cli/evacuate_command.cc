@@ -9,10 +9,10 @@
 #include "cli/plan_command.h"
 #include "cli/plan_print.h"
 #include "cli/print.h"
-#include "gpumigrate/evacuation.h"
-#include "gpumigrate/evacuation_events.h"
-#include "gpumigrate/evacuation_store.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/evacuation/evacuation.h"
+#include "gpumigrate/evacuation/evacuation_events.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 
@@ -53,7 +53,7 @@ CLI::App* AddEvacuateCommand(CLI::App& app, EvacuateFlags& f) {
   c->add_option("--events", f.events,
                 "Write every state change as one JSON object per line to FILE (appended to), or to stdout with -: "
                 "plan, action-started, phase, paced, hook, outcome, done, each with \"v\": 1 (the schema: "
-                "include/gpumigrate/evacuation_events.h)");
+                "include/gpumigrate/evacuation/evacuation_events.h)");
   AddAgentTlsFlags(c, f.tls);
   return c;
 }

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::cli {
 

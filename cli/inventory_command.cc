@@ -11,7 +11,7 @@
 
 #include "cli/plan_command.h"
 #include "cli/print.h"
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::cli {
 

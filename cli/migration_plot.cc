@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "cli/gnuplot.h"
-#include "gpumigrate/outcome.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/outcome.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

@@ -11,8 +11,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "gpumigrate/report.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/report.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate::cli {
 

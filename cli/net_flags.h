@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/net_commands.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 #include "transport/crypto/tls.h"
 
 namespace gpumigrate::cli {

@@ -1,12 +1,12 @@
-// The programs the path calibration (gpumigrate/path_calibration.h, run by
+// The programs the path calibration (gpumigrate/estimator/path_calibration.h, run by
 // engine/estimator/path_runner.cc) runs from this CLI: this binary's own
 // `receive` and `migrate`, and for a proc device gpumigrate-workload.
 #pragma once
 
 #include <string>
 
-#include "gpumigrate/path_calibration.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/estimator/path_calibration.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::cli {
 

@@ -11,7 +11,7 @@
 #include "cli/gnuplot.h"
 #include "cli/plan_print.h"
 #include "cli/print.h"
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::cli {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::cli {
 

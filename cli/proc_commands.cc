@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/proc.h"
 
 namespace gpumigrate::cli {
 

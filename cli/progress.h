@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <mutex>
 
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate::cli {
 

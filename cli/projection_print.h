@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::cli {
 

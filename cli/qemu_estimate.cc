@@ -12,10 +12,10 @@
 #include "cli/path_calibration.h"
 #include "cli/print.h"
 #include "cli/qemu_hook.h"
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/open_device.h"
-#include "gpumigrate/qmp.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/devices/open_device.h"
+#include "gpumigrate/qemu/qmp.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

@@ -14,8 +14,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/qemu.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/qemu/qemu.h"
 
 namespace gpumigrate::cli {
 

@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/progress.h"
-#include "gpumigrate/open_device.h"
-#include "gpumigrate/qemu.h"
-#include "gpumigrate/report.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/devices/open_device.h"
+#include "gpumigrate/qemu/qemu.h"
+#include "gpumigrate/session/report.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate::cli {
 

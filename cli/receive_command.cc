@@ -14,10 +14,10 @@
 #include "cli/print.h"
 #include "cli/report_print.h"
 #include "engine/session/net_reconnect.h"
-#include "gpumigrate/open_device.h"
-#include "gpumigrate/proc.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/open_device.h"
+#include "gpumigrate/devices/proc.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/units.h"
 #include "transport/net/session_connect.h"
 
 namespace gpumigrate::cli {

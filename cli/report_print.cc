@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <string>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/report.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/session/report.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate::cli {
 

@@ -1,6 +1,6 @@
 #include "cli/source_flags.h"
 
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

@@ -6,10 +6,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "gpumigrate/session.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/switchover.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/session/session.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/policy/switchover.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 

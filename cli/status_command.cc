@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 #include "cli/plan_command.h"
 #include "cli/print.h"
-#include "gpumigrate/evacuation_store.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::cli {
 namespace {
@@ -55,7 +55,7 @@ std::string Progress(const Json& job) {
 
 // One agent's jobs: running ones first, then the last ended ones.
 Result<std::string> AgentView(const StatusFlags& f, std::chrono::milliseconds timeout, Json* raw) {
-  auto r = agent::CallAgent(f.agent, f.tls, {{"op", "status"}}, timeout);
+  auto r = agent::CallAgent(f.agent, f.tls, agent::Request(agent::Op::kStatus), timeout);
   if (!r.ok()) return r.status();
   if (!r->value("ok", false)) return Unavailable(fmt::format("{} refused: {}", f.agent, r->value("error", "")));
   *raw = *r;
@@ -83,7 +83,7 @@ std::map<std::string, Json> RunningJobs(const StatusFlags& f, std::chrono::milli
   if (!inv.is_object() || !inv.contains("hosts")) return by_vm;
   for (const auto& h : inv["hosts"]) {
     if (!h.contains("agent") || !h["agent"].is_string()) continue;
-    auto r = agent::CallAgent(h["agent"].get<std::string>(), f.tls, {{"op", "status"}}, timeout);
+    auto r = agent::CallAgent(h["agent"].get<std::string>(), f.tls, agent::Request(agent::Op::kStatus), timeout);
     if (!r.ok() || !r->value("ok", false)) continue;
     for (const auto& j : (*r)["jobs"]) {
       if (j.value("state", "") == "running" && j.value("kind", "") == "migrate") by_vm[j.value("vm", "")] = j;

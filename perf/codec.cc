@@ -18,9 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/devices/sim/content.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/stats.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/common/stats.h"
+#include "gpumigrate/common/units.h"
 
 using namespace gpumigrate;
 using SteadyClock = std::chrono::steady_clock;

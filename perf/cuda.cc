@@ -25,12 +25,12 @@
 
 #include "engine/devices/cuda/driver_loader.h"
 #include "engine/devices/cuda/page_hash.h"
-#include "gpumigrate/cuda.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/cuda.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/proc.h"
 #include "gpumigrate/shim.h"
-#include "gpumigrate/stats.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/stats.h"
+#include "gpumigrate/common/units.h"
 
 using namespace gpumigrate;
 using SteadyClock = std::chrono::steady_clock;

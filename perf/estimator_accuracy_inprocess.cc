@@ -16,11 +16,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/stats.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/stats.h"
+#include "gpumigrate/common/units.h"
 
 using namespace gpumigrate;
 using json = nlohmann::ordered_json;

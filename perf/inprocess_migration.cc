@@ -19,8 +19,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
 
 using namespace gpumigrate;
 using SteadyClock = std::chrono::steady_clock;

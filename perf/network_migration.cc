@@ -26,10 +26,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/units.h"
 #include "transport/crypto/frame_protector.h"
 
 using namespace gpumigrate;

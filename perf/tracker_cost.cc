@@ -20,11 +20,11 @@
 #include <nlohmann/json.hpp>
 #include <xxhash.h>
 
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/proc.h"
 #include "gpumigrate/shim.h"
-#include "gpumigrate/stats.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/stats.h"
+#include "gpumigrate/common/units.h"
 
 using namespace gpumigrate;
 using SteadyClock = std::chrono::steady_clock;

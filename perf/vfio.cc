@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/devices/vfio/vfio_device.h"
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/common/units.h"
 #include "tests/support/vfio/fake_vfio_device.h"
 #include "tests/support/vfio/vfio_test_util.h"
 

@@ -16,9 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/devices/vfio/iova_bitmap.h"
-#include "gpumigrate/iommu_tracking.h"
-#include "gpumigrate/stats.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/iommu_tracking.h"
+#include "gpumigrate/common/stats.h"
+#include "gpumigrate/common/units.h"
 #include "tests/support/vfio/fake_iommufd.h"
 
 using namespace gpumigrate;

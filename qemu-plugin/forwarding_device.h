@@ -6,7 +6,7 @@
 #include <memory>
 #include <utility>
 
-#include "gpumigrate/device.h"
+#include "gpumigrate/devices/device.h"
 
 namespace gpumigrate::qemu {
 

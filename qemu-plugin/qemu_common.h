@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "gpumigrate/qemu.h"
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qemu.h"
+#include "gpumigrate/qemu/qmp.h"
 
 namespace gpumigrate::qemu {
 

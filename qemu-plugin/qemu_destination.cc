@@ -1,4 +1,4 @@
-// The destination half of the QEMU hook (gpumigrate/qemu.h): QEMU waits for the
+// The destination half of the QEMU hook (gpumigrate/qemu/qemu.h): QEMU waits for the
 // guest's RAM on the incoming URI, paused (-S); the guest runs only once the
 // engine has committed the device memory.
 #include <chrono>

@@ -1,6 +1,6 @@
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/qemu.h"
+#include "gpumigrate/qemu/qemu.h"
 
 namespace gpumigrate {
 

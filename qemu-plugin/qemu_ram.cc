@@ -1,12 +1,12 @@
-// QemuRamProfile (gpumigrate/qemu.h): the guest RAM QEMU's own migration would
+// QemuRamProfile (gpumigrate/qemu/qemu.h): the guest RAM QEMU's own migration would
 // move and how fast the guest dirties it, read over QMP without migrating.
 #include <chrono>
 #include <thread>
 
 #include <fmt/format.h>
 
-#include "gpumigrate/qemu.h"
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qemu.h"
+#include "gpumigrate/qemu/qmp.h"
 #include "qemu-plugin/qemu_common.h"
 
 namespace gpumigrate {

@@ -1,4 +1,4 @@
-// The source half of the QEMU hook (gpumigrate/qemu.h): QEMU migrates the
+// The source half of the QEMU hook (gpumigrate/qemu/qemu.h): QEMU migrates the
 // guest's RAM beside the engine's device pre-copy and pauses at pre-switchover
 // only when the engine's switchover rule says go.
 #include <algorithm>

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qmp.h"
 #include "qemu-plugin/qmp_io.h"
 
 namespace gpumigrate {

@@ -2,7 +2,7 @@
 // shapes as in QEMU 7.2's schema (docs/qemu-facts.md §1-2).
 #include <fmt/format.h>
 
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qmp.h"
 
 namespace gpumigrate {
 

@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::qmp_io {
 

@@ -1,6 +1,6 @@
 // The CUDA half of libgpumigrate_shim: device allocations registered with
 // gm_shim_register_cuda, served to gpumigrate through the staging protocol of
-// engine/devices/proc/shim_protocol.h (CudaInfo, CudaRead/Write/Zero, CudaHash).
+// transport/wire/shim_protocol.h (CudaInfo, CudaRead/Write/Zero, CudaHash).
 //
 // Context: the shim works in the context that was current on the thread that
 // registered the first CUDA region (cuCtxGetCurrent at gm_shim_register_cuda);
@@ -25,7 +25,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/devices/proc/shim_protocol.h"
+#include "transport/wire/shim_protocol.h"
 
 namespace gpumigrate::shimcuda {
 

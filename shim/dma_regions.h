@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/devices/proc/shim_protocol.h"
+#include "transport/wire/shim_protocol.h"
 
 namespace gpumigrate::shimdma {
 

@@ -31,7 +31,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/devices/proc/shim_protocol.h"
+#include "transport/wire/shim_protocol.h"
 #include "engine/devices/proc/uffd_compat.h"
 #include "engine/devices/proc/uffd_probe.h"
 #include "engine/devices/cuda/page_hash.h"

@@ -1,7 +1,7 @@
 // Agent: the per-host request handler. Every change to what the host holds
 // (its VMs, held sources, jobs, maintenance) is written to DIR/state.json (a
 // temporary file, fsync, rename) before the reply goes out.
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -17,9 +17,9 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/planner.h"
-#include "gpumigrate/rate_file.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/planner/planner.h"
+#include "gpumigrate/common/rate_file.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::agent {
 namespace fs = std::filesystem;
@@ -937,6 +937,59 @@ Result<Json> Agent::Release(const Json& req) {
   return Reply({{"vm", name}});
 }
 
+Result<Json> Agent::JobsStatus(const Json& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  PollLocked();
+  Json jobs = Json::array();
+  const int64_t want = request.value("job", int64_t{0});
+  for (const auto& j : jobs_) {
+    if (want == 0 || j->id == want) jobs.push_back(JobJson(*j));
+  }
+  if (want != 0 && jobs.empty()) return FailedPrecondition(fmt::format("no job {} on {}", want, config_.host));
+  return Reply({{"jobs", jobs}});
+}
+
+Result<Json> Agent::SetMaintenance(const Json& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!request.contains("enter") || !request["enter"].is_boolean()) {
+    return InvalidArgument("maintenance needs \"enter\": true or false");
+  }
+  maintenance_ = request["enter"].get<bool>();
+  GM_RETURN_IF_ERROR(Save());
+  return Reply({{"maintenance", maintenance_}, {"vms", vms_.size()}});
+}
+
+Result<Json> Agent::Dispatch(Op op, const Json& request) {
+  switch (op) {
+    case Op::kInventory: {
+      std::lock_guard<std::mutex> lock(mu_);
+      PollLocked();
+      return Reply(Inventory());
+    }
+    case Op::kStatus:
+      return JobsStatus(request);
+    case Op::kReceive:
+      return Receive(request);
+    case Op::kMigrate:
+      return Migrate(request);
+    case Op::kPace:
+      return Pace(request);
+    case Op::kCancel:
+      return Cancel(request);
+    case Op::kStartReplica:
+      return RunHook(request, false);
+    case Op::kDrain:
+      return RunHook(request, true);
+    case Op::kPowerOff:
+      return PowerOff(request);
+    case Op::kResolve:
+      return Release(request);
+    case Op::kMaintenance:
+      break;
+  }
+  return SetMaintenance(request);
+}
+
 Json Agent::Handle(const Json& request) {
   const std::string op =
       request.is_object() && request.contains("op") && request["op"].is_string() ? request["op"].get<std::string>()
@@ -946,51 +999,7 @@ Json Agent::Handle(const Json& request) {
                   "power-off, resolve, maintenance)",
                   op));
   try {
-    if (op == "inventory") {
-      std::lock_guard<std::mutex> lock(mu_);
-      PollLocked();
-      r = Reply(Inventory());
-    } else if (op == "status") {
-      std::lock_guard<std::mutex> lock(mu_);
-      PollLocked();
-      Json jobs = Json::array();
-      const int64_t want = request.value("job", int64_t{0});
-      for (const auto& j : jobs_) {
-        if (want == 0 || j->id == want) jobs.push_back(JobJson(*j));
-      }
-      if (want != 0 && jobs.empty()) {
-        r = FailedPrecondition(fmt::format("no job {} on {}", want, config_.host));
-      } else {
-        r = Reply({{"jobs", jobs}});
-      }
-    } else if (op == "receive") {
-      r = Receive(request);
-    } else if (op == "migrate") {
-      r = Migrate(request);
-    } else if (op == "pace") {
-      r = Pace(request);
-    } else if (op == "cancel") {
-      r = Cancel(request);
-    } else if (op == "start-replica" || op == "drain") {
-      r = RunHook(request, op == "drain");
-    } else if (op == "power-off") {
-      r = PowerOff(request);
-    } else if (op == "resolve") {
-      r = Release(request);
-    } else if (op == "maintenance") {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (!request.contains("enter") || !request["enter"].is_boolean()) {
-        r = InvalidArgument("maintenance needs \"enter\": true or false");
-      } else {
-        maintenance_ = request["enter"].get<bool>();
-        Status s = Save();
-        if (!s.ok()) {
-          r = s;
-        } else {
-          r = Reply({{"maintenance", maintenance_}, {"vms", vms_.size()}});
-        }
-      }
-    }
+    if (const std::optional<Op> known = ParseOp(op)) r = Dispatch(*known, request);
   } catch (const Json::exception& e) {
     r = InvalidArgument(fmt::format("{}: a key of the wrong type: {}", op, e.what()));
   } catch (const std::exception& e) {  // never let one request end the agent

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 #include "transport/net/tcp.h"
 
 namespace gpumigrate::agent {
@@ -74,6 +74,53 @@ Result<Json> CallAgent(const std::string& address, const TlsFiles& t, const Json
                                    ms.count(), reply.status().message()));
   }
   return reply;
+}
+
+namespace {
+
+constexpr Op kOps[] = {Op::kInventory, Op::kStatus,       Op::kReceive, Op::kMigrate,  Op::kPace,       Op::kCancel,
+                       Op::kStartReplica, Op::kDrain, Op::kPowerOff, Op::kResolve, Op::kMaintenance};
+
+}  // namespace
+
+std::string_view OpName(Op op) {
+  switch (op) {
+    case Op::kInventory:
+      return "inventory";
+    case Op::kStatus:
+      return "status";
+    case Op::kReceive:
+      return "receive";
+    case Op::kMigrate:
+      return "migrate";
+    case Op::kPace:
+      return "pace";
+    case Op::kCancel:
+      return "cancel";
+    case Op::kStartReplica:
+      return "start-replica";
+    case Op::kDrain:
+      return "drain";
+    case Op::kPowerOff:
+      return "power-off";
+    case Op::kResolve:
+      return "resolve";
+    case Op::kMaintenance:
+      break;
+  }
+  return "maintenance";
+}
+
+std::optional<Op> ParseOp(std::string_view name) {
+  for (Op op : kOps) {
+    if (name == OpName(op)) return op;
+  }
+  return std::nullopt;
+}
+
+Json Request(Op op, Json body) {
+  body["op"] = OpName(op);
+  return body;
 }
 
 std::string_view JobStateName(JobState s) {

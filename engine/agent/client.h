@@ -2,7 +2,7 @@
 // (cli/agent_command.cc) and the client (CallAgent) both configure.
 #pragma once
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 #include "transport/crypto/tls.h"
 
 namespace gpumigrate::agent {

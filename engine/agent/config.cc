@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 
 #include "engine/planner/json_reader.h"
-#include "gpumigrate/agent.h"
-#include "gpumigrate/planner.h"
+#include "gpumigrate/agent/agent.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::agent {
 namespace {

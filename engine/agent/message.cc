@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 
 namespace gpumigrate::agent {
 

@@ -5,9 +5,9 @@
 #include <map>
 #include <set>
 
-#include "gpumigrate/agent.h"
-#include "gpumigrate/planner.h"
-#include "gpumigrate/prom_text.h"
+#include "gpumigrate/agent/agent.h"
+#include "gpumigrate/planner/planner.h"
+#include "gpumigrate/common/prom_text.h"
 
 namespace gpumigrate::agent {
 namespace {

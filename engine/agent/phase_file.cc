@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/rate_file.h"
-#include "gpumigrate/report.h"
+#include "gpumigrate/common/rate_file.h"
+#include "gpumigrate/session/report.h"
 
 namespace gpumigrate::agent {
 

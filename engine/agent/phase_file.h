@@ -16,7 +16,7 @@
 #include <string>
 #include <utility>
 
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate::agent {
 

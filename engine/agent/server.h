@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "gpumigrate/agent.h"
+#include "gpumigrate/agent/agent.h"
 #include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
 

@@ -1,6 +1,6 @@
 // Checkpoint files: the session over a recorder (write) or a replayer (restore,
-// verify). gpumigrate/checkpoint.h says what each call promises.
-#include "gpumigrate/checkpoint.h"
+// verify). gpumigrate/checkpoint/checkpoint.h says what each call promises.
+#include "gpumigrate/checkpoint/checkpoint.h"
 
 #include <chrono>
 #include <filesystem>

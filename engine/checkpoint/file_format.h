@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/common/status.h"
 #include "transport/crypto/frame_protector.h"
 #include "transport/wire/frame.h"
 

@@ -17,7 +17,7 @@
 
 #include "checkpoint.pb.h"
 #include "engine/checkpoint/file_format.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::ckpt {
 

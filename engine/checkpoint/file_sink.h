@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::ckpt {
 

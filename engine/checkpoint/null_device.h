@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "gpumigrate/device.h"
+#include "gpumigrate/devices/device.h"
 
 namespace gpumigrate::ckpt {
 

@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate::ckpt {

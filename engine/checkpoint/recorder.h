@@ -27,8 +27,8 @@
 #include "engine/checkpoint/file_format.h"
 #include "engine/checkpoint/file_sink.h"
 #include "engine/session/content_fill.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate::ckpt {
 

@@ -28,8 +28,8 @@
 
 #include "checkpoint.pb.h"
 #include "engine/checkpoint/file_reader.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate::ckpt {
 

@@ -11,9 +11,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "gpumigrate/codec.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate {
 

@@ -1,5 +1,5 @@
 // The content store: scan, index (kept up to date across opens), fill.
-#include "gpumigrate/content_store.h"
+#include "gpumigrate/content/content_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

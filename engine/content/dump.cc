@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/content_store.h"
+#include "gpumigrate/content/content_store.h"
 
 namespace gpumigrate {
 

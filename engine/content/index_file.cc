@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <xxhash.h>
 
-#include "gpumigrate/content_store.h"
+#include "gpumigrate/content/content_store.h"
 
 namespace gpumigrate {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <stdexcept>
 
-#include "gpumigrate/content_store.h"
+#include "gpumigrate/content/content_store.h"
 
 namespace gpumigrate {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate {
 

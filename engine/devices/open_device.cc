@@ -1,10 +1,10 @@
-#include "gpumigrate/open_device.h"
+#include "gpumigrate/devices/open_device.h"
 
 #include <fmt/format.h>
 
 #include "engine/devices/vfio/kernel.h"
-#include "gpumigrate/shm.h"
-#include "gpumigrate/vfio.h"
+#include "gpumigrate/devices/shm.h"
+#include "gpumigrate/devices/vfio.h"
 
 namespace gpumigrate {
 

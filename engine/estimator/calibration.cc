@@ -1,5 +1,5 @@
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/path_calibration.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/estimator/path_calibration.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/stats.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/stats.h"
 
 namespace gpumigrate {
 namespace {

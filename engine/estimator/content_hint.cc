@@ -5,8 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/estimator/estimator.h"
 
 namespace gpumigrate {
 

@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/codec_choice/codec_choice.h"
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/session.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/session/session.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 

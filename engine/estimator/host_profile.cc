@@ -20,8 +20,8 @@
 
 #include "engine/devices/sim/content.h"
 #include "engine/session/page_hashes.h"
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/projection.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/estimator/projection.h"
 #include "transport/crypto/frame_protector.h"
 
 namespace gpumigrate {

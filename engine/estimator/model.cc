@@ -3,9 +3,9 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/switchover.h"
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/policy/switchover.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 

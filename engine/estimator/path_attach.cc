@@ -3,9 +3,9 @@
 // and an estimate's, measured first when there is none.
 #include <fmt/format.h>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/path_calibration.h"
-#include "gpumigrate/path_spread.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/estimator/path_calibration.h"
+#include "gpumigrate/estimator/path_spread.h"
 
 namespace gpumigrate {
 

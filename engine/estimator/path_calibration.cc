@@ -1,7 +1,7 @@
-// The path calibration's fit and its store (gpumigrate/path_calibration.h). The
+// The path calibration's fit and its store (gpumigrate/estimator/path_calibration.h). The
 // runs themselves are spawned by the CLI (cli/path_calibration.cc): they are
 // this binary's `migrate` and `receive`, which the engine library cannot start.
-#include "gpumigrate/path_calibration.h"
+#include "gpumigrate/estimator/path_calibration.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/stats.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/common/stats.h"
 #include "engine/estimator/path_file.h"
 
 namespace gpumigrate {

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate {
 

@@ -1,9 +1,9 @@
-// The path calibration's runs (include/gpumigrate/path_calibration.h): the
+// The path calibration's runs (include/gpumigrate/estimator/path_calibration.h): the
 // gpumigrate binary's own `receive` and `migrate` as two processes on loopback,
 // with the transport, streams, codec and cap of the configuration, on a small
 // sim device, or between gpumigrate-workload processes for a proc backend. Each
 // run is a real migration between two processes, started through the launcher
-// seam (gpumigrate/launcher.h); the fit turns their reports into the figures
+// seam (gpumigrate/common/launcher.h); the fit turns their reports into the figures
 // `estimate` models with.
 #include <sys/stat.h>
 #include <unistd.h>
@@ -22,12 +22,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "gpumigrate/launcher.h"
-#include "gpumigrate/path_calibration.h"
-#include "gpumigrate/path_spread.h"
-#include "gpumigrate/proc.h"
-#include "gpumigrate/report.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/launcher.h"
+#include "gpumigrate/estimator/path_calibration.h"
+#include "gpumigrate/estimator/path_spread.h"
+#include "gpumigrate/devices/proc.h"
+#include "gpumigrate/session/report.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace {

@@ -1,6 +1,6 @@
 // The host's record of migrations against their path calibration, and the
-// spread `estimate` draws its ranges from (gpumigrate/path_spread.h).
-#include "gpumigrate/path_spread.h"
+// spread `estimate` draws its ranges from (gpumigrate/estimator/path_spread.h).
+#include "gpumigrate/estimator/path_spread.h"
 
 #include <algorithm>
 #include <cmath>

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 
 #include "engine/codec_choice/codec_choice.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/stats.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/common/stats.h"
 
 namespace gpumigrate {
 namespace {

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace {

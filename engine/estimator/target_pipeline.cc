@@ -1,13 +1,13 @@
 // TargetPipeline: the rate a migration reaches on a target host, from per-core
-// stage rates, cores, streams and the link (gpumigrate/projection.h).
+// stage rates, cores, streams and the link (gpumigrate/estimator/projection.h).
 #include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
-#include "gpumigrate/projection.h"
-#include "gpumigrate/session.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/projection.h"
+#include "gpumigrate/session/session.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace {

@@ -1,6 +1,6 @@
 #include <algorithm>
 
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/estimator.h"
 
 namespace gpumigrate {
 

@@ -5,9 +5,9 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/projection.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/estimator/projection.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 

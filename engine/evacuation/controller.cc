@@ -1,7 +1,7 @@
-// The evacuation controller (include/gpumigrate/evacuation.h): a plan run through
+// The evacuation controller (include/gpumigrate/evacuation/evacuation.h): a plan run through
 // the hosts' agents, journaled and reserved in the store, re-planned on failure,
 // continued from the journal after a restart.
-#include "gpumigrate/evacuation.h"
+#include "gpumigrate/evacuation/evacuation.h"
 
 #include <unistd.h>
 
@@ -15,7 +15,7 @@
 #include <fmt/format.h>
 
 #include "engine/evacuation/fleet.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace evacuation {
@@ -354,7 +354,7 @@ class Evacuation::Impl {
       if (r.paced < 0 || !Moving(r)) continue;
       const double share = ShareNow(r.source, r.target, 0);
       if (!(share > 0) || (r.paced > 0 && std::abs(share - r.paced) <= 0.02 * share)) continue;
-      auto reply = Ask(r.source, "pace", {{"job", r.src_job}, {"bandwidth", RateText(share)}});
+      auto reply = Ask(r.source, agent::Op::kPace, {{"job", r.src_job}, {"bandwidth", RateText(share)}});
       if (!reply.ok()) continue;  // asked again next time
       if (reply->value("ok", false)) {
         r.paced = share;
@@ -467,7 +467,7 @@ class Evacuation::Impl {
     const planner::PlannedAction& a = r.a;
     Json req = {{"vm", fleet_.Record(a.vm)}, {"gpus", a.to->gpus}, {"accept_timeout", "30s"}};
     if (a.to->placement) req["placement"] = *a.to->placement;
-    auto rec = Ask(r.target, "receive", req);
+    auto rec = Ask(r.target, agent::Op::kReceive, req);
     if (!rec.ok()) {
       fleet_.MarkUnreachable(r.target);
       return fmt::format("target agent {} unreachable: {}", r.target, rec.status().message());
@@ -479,7 +479,7 @@ class Evacuation::Impl {
     if (Status st = JournalStarted(r); !st.ok()) return "journal: " + std::string(st.message());
     r.dst_job = rec->value("job", int64_t{0});
     double pace = 0;
-    auto mig = Ask(r.source, "migrate", MigrateRequest(r, *rec, &pace));
+    auto mig = Ask(r.source, agent::Op::kMigrate, MigrateRequest(r, *rec, &pace));
     if (mig.ok() && mig->value("ok", false)) {
       r.src_job = mig->value("job", int64_t{0});
       r.phase = ActionPhase::kMigrate;
@@ -523,7 +523,7 @@ class Evacuation::Impl {
     rep["inventory"]["gpus"] = r.a.to->gpus;
     if (r.a.to->placement) rep["inventory"]["placement"] = *r.a.to->placement;
     if (Status st = JournalStarted(r); !st.ok()) return "journal: " + std::string(st.message());
-    auto st2 = Ask(r.target, "start-replica", {{"vm", rep}});
+    auto st2 = Ask(r.target, agent::Op::kStartReplica, {{"vm", rep}});
     if (!st2.ok()) {
       fleet_.MarkUnreachable(r.target);
       return std::string(st2.status().message());
@@ -552,7 +552,7 @@ class Evacuation::Impl {
   void AwaitJobEnd(const std::string& host, int64_t job, std::chrono::seconds limit) {
     const auto until = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < until) {
-      auto st = Ask(host, "status", Json::object());
+      auto st = Ask(host, agent::Op::kStatus, Json::object());
       if (!st.ok() || !st->value("ok", false) || !st->contains("jobs")) return;
       bool running = false;
       for (const auto& j : (*st)["jobs"]) {
@@ -566,7 +566,7 @@ class Evacuation::Impl {
 
   // The running job of `kind` (any kind when empty) for `vm` on `host`, or null.
   Json RunningJob(const std::string& host, const std::string& vm, const std::string& kind) {
-    auto st = Ask(host, "status", Json::object());
+    auto st = Ask(host, agent::Op::kStatus, Json::object());
     if (!st.ok() || !st->value("ok", false)) return nullptr;
     Json found;
     for (const auto& j : (*st)["jobs"]) {
@@ -588,7 +588,7 @@ class Evacuation::Impl {
       Finish({a.vm, "power-off", "", VmResult::kFailed, "journal: " + std::string(st.message())}, true);
       return;
     }
-    auto p = Ask(r.source, "power-off", {{"vm", a.vm}});
+    auto p = Ask(r.source, agent::Op::kPowerOff, {{"vm", a.vm}});
     if (!p.ok() || !p->value("ok", false)) {
       const std::string d = p.ok() ? p->value("error", "") : std::string(p.status().message());
       (void)Journal(a.vm, "power-off", JournalPhase::kFailed, "", d);
@@ -603,9 +603,8 @@ class Evacuation::Impl {
     running_.push_back(std::move(r));
   }
 
-  Result<Json> Ask(const std::string& host, const std::string& op, Json body) {
-    body["op"] = op;
-    return agents_.Call(fleet_.Agent(host), body, f_.agent_timeout);
+  Result<Json> Ask(const std::string& host, agent::Op op, Json body) {
+    return agents_.Call(fleet_.Agent(host), agent::Request(op, std::move(body)), f_.agent_timeout);
   }
 
   // A migration that carried less than half the rate its plan gave it (capped
@@ -637,7 +636,7 @@ class Evacuation::Impl {
   // agent did not answer or reported a state this controller does not know.
   std::optional<agent::JobState> StateOf(const std::string& host, int64_t job, Json* out) {
     if (job <= 0) return std::nullopt;  // unknown: never "job 0", which the agent reads as every job
-    auto r = Ask(host, "status", {{"job", job}});
+    auto r = Ask(host, agent::Op::kStatus, {{"job", job}});
     if (!r.ok() || !r->value("ok", false) || (*r)["jobs"].empty()) return std::nullopt;
     *out = (*r)["jobs"][0];
     return agent::ParseJobState(out->value("state", ""));
@@ -740,7 +739,7 @@ class Evacuation::Impl {
     // slices). The source's Abort may wait behind a collapsed link for minutes,
     // so the receive is cancelled, and its end awaited (bounded).
     if (r.dst_job != 0) {
-      (void)Ask(r.target, "cancel", {{"job", r.dst_job}, {"reason", "the source's migration failed"}});
+      (void)Ask(r.target, agent::Op::kCancel, {{"job", r.dst_job}, {"reason", "the source's migration failed"}});
       AwaitJobEnd(r.target, r.dst_job, std::chrono::seconds(10));
     }
     End(r, JournalPhase::kFailed, VmResult::kFailed, detail);
@@ -776,7 +775,7 @@ class Evacuation::Impl {
                  fmt::format("the replacement replica did not start on {}: {} (the old replica serves on)", r.target,
                              detail));
     }
-    auto dr = Ask(r.source, "drain", {{"vm", r.a.vm}});
+    auto dr = Ask(r.source, agent::Op::kDrain, {{"vm", r.a.vm}});
     if (!dr.ok() || !dr->value("ok", false)) {
       return End(r, JournalPhase::kInDoubt, VmResult::kInDoubt,
                  fmt::format("replacement {} serves on {}, but the drain of {} was refused: {}", ReplicaName(r.a.vm),
@@ -917,7 +916,7 @@ class Evacuation::Impl {
 
   // The newest job of `kind` for `vm` on `host`; 0 when there is none or no answer.
   int64_t LatestJob(const std::string& host, const std::string& vm, const std::string& kind) {
-    auto st = Ask(host, "status", Json::object());
+    auto st = Ask(host, agent::Op::kStatus, Json::object());
     int64_t id = 0;
     if (st.ok() && st->value("ok", false)) {
       for (const auto& j : (*st)["jobs"]) {

@@ -20,7 +20,7 @@
 
 #include "engine/evacuation/etcd_client.h"
 #include "engine/evacuation/records.h"
-#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
 
 namespace gpumigrate {
 

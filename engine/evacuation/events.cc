@@ -1,4 +1,4 @@
-#include "gpumigrate/evacuation_events.h"
+#include "gpumigrate/evacuation/evacuation_events.h"
 
 #include <cerrno>
 #include <chrono>

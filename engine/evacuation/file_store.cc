@@ -19,7 +19,7 @@
 #include <xxhash.h>
 
 #include "engine/evacuation/records.h"
-#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
 
 namespace gpumigrate {
 

@@ -44,7 +44,7 @@ int Fleet::MaxMigrations(const std::string& host) const {
 }
 
 bool Fleet::Reachable(const std::string& host) {
-  auto r = agents_->Call(Agent(host), {{"op", "inventory"}}, timeout_);
+  auto r = agents_->Call(Agent(host), agent::Request(agent::Op::kInventory), timeout_);
   return r.ok();
 }
 
@@ -131,7 +131,7 @@ Status Fleet::AskAgents(const std::string& evacuating, Json& vms) {
   for (auto& h : live_["hosts"]) {
     const std::string name = h["name"];
     auto r = unreachable_.count(name) ? Result<Json>(Unavailable("unreachable before"))
-                                      : agents_->Call(h["agent"].get<std::string>(), {{"op", "inventory"}}, timeout_);
+                                      : agents_->Call(h["agent"].get<std::string>(), agent::Request(agent::Op::kInventory), timeout_);
     if (!r.ok() || !(*r).value("ok", false)) {
       if (name == evacuating) {
         return Unavailable(fmt::format("the agent of {} ({}) does not answer: {}", name, h["agent"].get<std::string>(),

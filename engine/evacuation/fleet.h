@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/agent.h"
-#include "gpumigrate/evacuation_store.h"
-#include "gpumigrate/planner.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/agent/agent.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
+#include "gpumigrate/planner/planner.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::evacuation {
 

@@ -3,7 +3,7 @@
 #include <array>
 #include <utility>
 
-#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
 
 namespace gpumigrate {
 

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
 
 namespace gpumigrate::evacuation {
 

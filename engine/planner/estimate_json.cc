@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 
 namespace gpumigrate::planner {
 namespace {

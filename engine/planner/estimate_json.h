@@ -7,7 +7,7 @@
 #include <string>
 
 #include "engine/planner/json_reader.h"
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::planner {
 

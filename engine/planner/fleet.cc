@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::planner {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/planner/gpu_models.h"
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::planner {
 

@@ -12,8 +12,8 @@
 #include "engine/planner/estimate_json.h"
 #include "engine/planner/gpu_models.h"
 #include "engine/planner/json_reader.h"
-#include "gpumigrate/planner.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/planner/planner.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::planner {
 

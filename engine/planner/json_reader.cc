@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::planner {
 

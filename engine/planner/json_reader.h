@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::planner {
 

@@ -20,7 +20,7 @@
 #include "engine/planner/placement.h"
 #include "engine/planner/schedule.h"
 #include "engine/planner/stun.h"
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::planner {
 

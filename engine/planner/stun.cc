@@ -6,8 +6,8 @@
 #include <fmt/format.h>
 
 #include "engine/planner/gpu_models.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate::planner {
 

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <string>
 
-#include "gpumigrate/planner.h"
+#include "gpumigrate/planner/planner.h"
 
 namespace gpumigrate::planner {
 

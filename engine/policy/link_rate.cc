@@ -1,8 +1,8 @@
-// DecideAtLinkRate: the in-round rule of gpumigrate/switchover.h.
+// DecideAtLinkRate: the in-round rule of gpumigrate/policy/switchover.h.
 #include <fmt/format.h>
 
-#include "gpumigrate/switchover.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/policy/switchover.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace {

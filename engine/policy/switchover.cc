@@ -1,4 +1,4 @@
-#include "gpumigrate/switchover.h"
+#include "gpumigrate/policy/switchover.h"
 
 #include <algorithm>
 #include <limits>

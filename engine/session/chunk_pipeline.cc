@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate::session_detail {
 

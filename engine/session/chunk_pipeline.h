@@ -31,10 +31,10 @@
 #include <vector>
 
 #include "engine/session/page_classifier.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::session_detail {
 

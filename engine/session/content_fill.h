@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate {
 

@@ -19,8 +19,8 @@
 #include <mutex>
 #include <vector>
 
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate {

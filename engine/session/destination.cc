@@ -16,7 +16,7 @@
 #include "engine/session/mailbox.h"
 #include "engine/session/page_hashes.h"
 #include "engine/session/state_stream.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 #include "transport/crypto/frame_protector.h"
 #include "transport/wire/control_channel.h"
 #include "transport/wire/frame.h"

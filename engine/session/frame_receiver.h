@@ -21,10 +21,10 @@
 
 #include "engine/session/mailbox.h"
 #include "engine/session/stream_reader.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 #include "transport/crypto/frame_protector.h"
 #include "transport/wire/frame.h"
 

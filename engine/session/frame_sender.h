@@ -38,8 +38,8 @@
 #include <vector>
 
 #include "engine/session/rate_limiter.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 #include "transport/crypto/frame_protector.h"
 #include "transport/wire/frame.h"
 

@@ -31,9 +31,9 @@
 #include <thread>
 
 #include "engine/session/mailbox.h"
-#include "gpumigrate/clock.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate {

@@ -1,4 +1,4 @@
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 
 #include <thread>
 

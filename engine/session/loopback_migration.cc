@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 #include "transport/net/session_connect.h"
 
 namespace gpumigrate {

@@ -24,9 +24,9 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/clock.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate {

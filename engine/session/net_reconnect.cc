@@ -1,6 +1,7 @@
 // Resumable pre-copy over TCP: engine/session/net_reconnect.h.
 #include "engine/session/net_reconnect.h"
 
+#include <cerrno>
 #include <thread>
 
 #include <fmt/format.h>
@@ -38,7 +39,7 @@ Reconnect SourceReconnect(const HostPort& to, uint32_t streams, const TlsConfig*
       if (last.code() == StatusCode::kFailedPrecondition) return last;
       // Nobody listens there any more: a receiver that is gone cannot resume either
       // (a short grace covers a listener that is briefly busy).
-      if (last.message().find("refused") != std::string::npos) {
+      if (last.error_number() == ECONNREFUSED) {
         const auto now = std::chrono::steady_clock::now();
         if (!refused) refused_since = now;
         refused = true;

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 #include "transport/net/session_connect.h"
 
 namespace gpumigrate {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "engine/session/page_hashes.h"
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 
 namespace gpumigrate {
 

@@ -9,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "gpumigrate/device.h"
+#include "gpumigrate/devices/device.h"
 
 namespace gpumigrate {
 

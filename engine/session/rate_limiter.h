@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "gpumigrate/clock.h"
+#include "gpumigrate/common/clock.h"
 
 namespace gpumigrate {
 

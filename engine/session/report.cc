@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/report.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/report.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate {
 

@@ -4,10 +4,10 @@
 // and saying in the report what was done or why not.
 #pragma once
 
-#include "gpumigrate/clock.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/report.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/session/report.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate {
 

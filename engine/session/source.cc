@@ -1,7 +1,7 @@
 // The source side of a migration, in three steps and one teardown:
 //
 //   Start        handshake, device SaveSetup hook, RUNNING -> PRE_COPY, tracking on
-//   PreCopy      rounds until the switchover rule (gpumigrate/switchover.h) decides
+//   PreCopy      rounds until the switchover rule (gpumigrate/policy/switchover.h) decides
 //   Switchover   STOP_COPY, final sync, final data, device state, STOP, Prepare ->
 //                Prepared                      (the stun starts here)
 //   Commit       Commit -> Running             (the stun ends here)
@@ -20,9 +20,9 @@
 #include "engine/codec_choice/codec_choice.h"
 #include "engine/session/scrub.h"
 #include "engine/session/source_session.h"
-#include "gpumigrate/clock.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/switchover.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/policy/switchover.h"
 
 namespace gpumigrate {
 namespace session_detail {

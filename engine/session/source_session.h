@@ -2,7 +2,7 @@
 // session layer: source.cc runs it (handshake, pre-copy rounds, switchover,
 // commit, teardown), source_link.cc holds one connection's parts and carries a
 // broken pre-copy on over a new connection (resumable pre-copy). The public
-// entry point is RunSource (gpumigrate/session.h).
+// entry point is RunSource (gpumigrate/session/session.h).
 #pragma once
 
 #include <array>
@@ -23,12 +23,12 @@
 #include "engine/session/page_classifier.h"
 #include "engine/session/page_hashes.h"
 #include "engine/session/state_stream.h"
-#include "gpumigrate/clock.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/session.h"
-#include "gpumigrate/switchover.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/session/session.h"
+#include "gpumigrate/policy/switchover.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate::session_detail {

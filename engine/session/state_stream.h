@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "engine/session/frame_sender.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
 #include "transport/wire/frame.h"
 
 namespace gpumigrate {

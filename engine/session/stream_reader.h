@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate {
 

@@ -1,5 +1,5 @@
 """Checks `gpumigrate evacuate --events` output against its schema
-(include/gpumigrate/evacuation_events.h, version 1): every line a JSON object
+(include/gpumigrate/evacuation/evacuation_events.h, version 1): every line a JSON object
 with the common fields, seq 1, 2, ... in order, each type's fields with their
 types, a plan first and done last, and each VM's events in an order that makes
 sense (started before its outcome; a hook started before it ended)."""

@@ -10,7 +10,7 @@
 
 #include <xxhash.h>
 
-#include "gpumigrate/sim.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate::testing {
 

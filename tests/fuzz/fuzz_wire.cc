@@ -23,9 +23,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/codec.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/codec/codec.h"
+#include "gpumigrate/session/session.h"
 #include "tests/support/fake_device.h"
 #include "transport/wire/control_channel.h"
 #include "transport/wire/frame.h"

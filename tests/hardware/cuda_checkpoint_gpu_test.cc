@@ -1,6 +1,6 @@
 // Suspend and resume against the REAL driver (libcuda.so.1) on a real GPU: a
 // child process allocates device memory and fills it, this process suspends and
-// resumes it through include/gpumigrate/cuda_checkpoint.h, and the child checks
+// resumes it through include/gpumigrate/devices/cuda_checkpoint.h, and the child checks
 // its memory. Skips, with the reason, where no driver, no checkpoint API or no
 // device is found. ctest label `gpu`.
 #include <signal.h>
@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/cuda/driver_loader.h"
-#include "gpumigrate/cuda_checkpoint.h"
+#include "gpumigrate/devices/cuda_checkpoint.h"
 
 namespace gpumigrate {
 namespace {

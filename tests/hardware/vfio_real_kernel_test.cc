@@ -13,7 +13,7 @@
 
 #include "engine/devices/vfio/kernel.h"
 #include "engine/devices/vfio/vfio_device.h"
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 
 namespace gpumigrate::vfio {
 namespace {

@@ -12,28 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Which layer each public header belongs to: the one that defines it (or, for a
-# seam's interface, the lowest layer that uses it). None: no layer may include it.
-PUBLIC_HEADERS = {
-    "status.h": "common", "units.h": "common", "launcher.h": "common", "clock.h": "common", "bitmap.h": "common",
-    "stats.h": "common", "rate_file.h": "common", "prom_text.h": "common",
-    "stream.h": "common",  # the Stream interface; MakePipe, its in-memory pipe, is net's
-    "codec.h": "codec",
-    "switchover.h": "policy",
-    "outcome.h": "devices",
-    "device.h": "devices", "open_device.h": "devices", "dirty_tracker.h": "devices", "sim.h": "devices", "proc.h": "devices", "cuda.h": "devices", "vfio.h": "devices", "shm.h": "devices",
-    "iommu_tracking.h": "devices", "cuda_checkpoint.h": "devices",
-    "session.h": "session", "report.h": "session", "local_migration.h": "session",
-    "estimator.h": "estimator", "calibration.h": "estimator", "path_calibration.h": "estimator", "path_spread.h": "estimator", "projection.h": "estimator",
-    "checkpoint.h": "checkpoint",
-    "metrics_server.h": "net",
-    "planner.h": "planner",
-    "evacuation.h": "evacuation", "evacuation_store.h": "evacuation", "evacuation_events.h": "evacuation",
-    "content_store.h": "content",
-    "agent.h": "agent",
-    "qmp.h": "qemu", "qemu.h": "qemu",
-    "shim.h": None,  # libgpumigrate_shim's C API, for workloads
-}
+# A public header's layer is its folder (include/gpumigrate/<layer>/X.h): the
+# layer that defines it (or, for a seam's interface, the lowest layer that uses
+# it; stream.h's Stream is common's, MakePipe, its in-memory pipe, is net's).
+# include/gpumigrate/shim.h is libgpumigrate_shim's C API, for workloads: no
+# layer may include it.
+UNLAYERED = {"shim.h"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
@@ -69,14 +53,14 @@ def main():
 
     def check_include(name, where, inc):
         if inc.startswith("gpumigrate/"):
-            header = inc.removeprefix("gpumigrate/")
-            if header not in PUBLIC_HEADERS:
-                errors.append(f"{where}: {inc} is not in check_layers.py's PUBLIC_HEADERS; say which layer owns it")
-                return
-            target = PUBLIC_HEADERS[header]
-            if target is None:
+            parts = inc.split("/")
+            if len(parts) == 2 and parts[1] in UNLAYERED:
                 errors.append(f"{where}: includes {inc}, which no layer may include")
                 return
+            if len(parts) != 3 or parts[1] not in layers:
+                errors.append(f"{where}: {inc} is not in a layer's folder (include/gpumigrate/<layer>/)")
+                return
+            target = parts[1]
         else:
             target = owner_of_path(inc)
         if target and target != name and target not in below(name):
@@ -88,11 +72,17 @@ def main():
                 if f.suffix in (".cc", ".h"):
                     for inc in INCLUDE.findall(f.read_text()):
                         check_include(name, f.relative_to(src), inc)
-    for f in sorted((src / "include/gpumigrate").glob("*.h")):
-        name = PUBLIC_HEADERS.get(f.name)
-        if name:
-            for inc in INCLUDE.findall(f.read_text()):
-                check_include(name, f.relative_to(src), inc)
+    for f in sorted((src / "include/gpumigrate").rglob("*.h")):
+        rel = f.relative_to(src / "include/gpumigrate")
+        if len(rel.parts) == 1:
+            if rel.name not in UNLAYERED:
+                errors.append(f"{f.relative_to(src)}: a public header belongs in its layer's folder")
+            continue
+        if len(rel.parts) != 2 or rel.parts[0] not in layers:
+            errors.append(f"{f.relative_to(src)}: include/gpumigrate/{rel.parts[0]}/ is no layer")
+            continue
+        for inc in INCLUDE.findall(f.read_text()):
+            check_include(rel.parts[0], f.relative_to(src), inc)
 
     # Symbols: what each archive leaves undefined and another layer defines.
     def nm(*args):

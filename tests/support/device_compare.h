@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "engine/devices/sim/content.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate::testing {
 

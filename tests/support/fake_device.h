@@ -14,8 +14,8 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/device.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/device.h"
 
 namespace gpumigrate::testing {
 

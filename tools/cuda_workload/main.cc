@@ -25,7 +25,7 @@
 #include <fmt/format.h>
 
 #include "gpumigrate/shim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 #include "tools/cuda_workload/device_memory.h"
 #include "tools/workload/pattern.h"
 

@@ -23,7 +23,7 @@
 #include <xxhash.h>
 
 #include "gpumigrate/shim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 #include "tools/workload/bursts.h"
 #include "tools/workload/pattern.h"
 

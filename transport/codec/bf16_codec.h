@@ -28,7 +28,7 @@
 #include <span>
 #include <vector>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate {
 

@@ -1,4 +1,4 @@
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 
 #include <zstd.h>
 
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 #include "transport/codec/bf16_codec.h"
 #include "transport/codec/codec_context.h"
 

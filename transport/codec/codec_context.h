@@ -1,7 +1,7 @@
 // What the codecs of the registry (transport/codec/codec.cc) share: the
 // per-thread working state each FrameEncoder and FrameDecoder owns, and the
 // zstd frame decoder every zstd-based codec goes through. Internal to
-// transport/codec; the public face is gpumigrate/codec.h.
+// transport/codec; the public face is gpumigrate/codec/codec.h.
 #pragma once
 
 #include <span>
@@ -10,7 +10,7 @@
 
 #include <zstd.h>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate {
 

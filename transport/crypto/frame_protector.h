@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 #include "transport/wire/frame.h"
 
 namespace gpumigrate {

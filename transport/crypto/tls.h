@@ -13,8 +13,8 @@
 #include <memory>
 #include <string>
 
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate {
 

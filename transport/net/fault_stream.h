@@ -12,7 +12,7 @@
 #include <memory>
 #include <optional>
 
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate {
 

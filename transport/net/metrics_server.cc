@@ -1,4 +1,4 @@
-#include "gpumigrate/metrics_server.h"
+#include "gpumigrate/net/metrics_server.h"
 
 #include <httplib.h>
 

@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate {
 namespace {

@@ -38,8 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 #include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
 

@@ -17,8 +17,8 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/clock.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 

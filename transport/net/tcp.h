@@ -17,8 +17,8 @@
 #include <string>
 #include <string_view>
 
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate {
 

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "control.pb.h"
-#include "gpumigrate/status.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/status.h"
+#include "gpumigrate/common/stream.h"
 
 namespace gpumigrate::wire {
 
@@ -23,7 +23,7 @@ constexpr uint32_t kProtocolVersion = 1;
 constexpr uint32_t kOldestProtocolVersion = 1;  // the previous version, once there is one
 constexpr uint32_t kMaxControlMessageBytes = 16 << 20;
 // Hello capabilities: the payload codecs a peer can decode. The session takes
-// them from the codec registry (gpumigrate/codec.h, Codecs()); these spellings
+// them from the codec registry (gpumigrate/codec/codec.h, Codecs()); these spellings
 // are what the golden files pin, and tests/unit/codec/registry_test.cc keeps the
 // two equal.
 constexpr const char* kCapZstd = "codec:zstd";

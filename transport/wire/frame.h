@@ -13,7 +13,7 @@
 #include <span>
 #include <string>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::wire {
 

@@ -1,4 +1,4 @@
-// Suspend and resume of a CUDA process (include/gpumigrate/cuda_checkpoint.h)
+// Suspend and resume of a CUDA process (include/gpumigrate/devices/cuda_checkpoint.h)
 // over the driver's checkpoint API, loaded with CudaDriver.
 #include <signal.h>
 
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "engine/devices/cuda/driver.h"
-#include "gpumigrate/cuda_checkpoint.h"
+#include "gpumigrate/devices/cuda_checkpoint.h"
 
 namespace gpumigrate {
 namespace {

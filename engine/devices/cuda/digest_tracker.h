@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::cuda {
 

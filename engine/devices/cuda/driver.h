@@ -10,7 +10,7 @@
 #include <string_view>
 
 #include "engine/devices/cuda/driver_loader.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::cuda {
 

@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/devices/proc/shim_protocol.h"
-#include "gpumigrate/status.h"
+#include "transport/wire/shim_protocol.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::proc {
 

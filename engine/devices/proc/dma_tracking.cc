@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/iommu_tracking.h"
+#include "gpumigrate/devices/iommu_tracking.h"
 
 namespace gpumigrate::proc {
 namespace {

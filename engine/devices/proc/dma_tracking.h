@@ -20,9 +20,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/devices/proc/shim_protocol.h"
+#include "transport/wire/shim_protocol.h"
 #include "engine/devices/vfio/kernel.h"
-#include "gpumigrate/dirty_tracker.h"
+#include "gpumigrate/devices/dirty_tracker.h"
 
 namespace gpumigrate::proc {
 

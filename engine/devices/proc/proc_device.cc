@@ -1,5 +1,5 @@
 // The proc device: a live process's regions, reached through its shim. CUDA
-// regions (gpumigrate/cuda.h) are read and written through the shim's staging
+// regions (gpumigrate/devices/cuda.h) are read and written through the shim's staging
 // (cuda_staging.h) and tracked by page digests (cuda/digest_tracker.h).
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -23,11 +23,11 @@
 #include "engine/devices/proc/cuda_staging.h"
 #include "engine/devices/proc/dma_tracking.h"
 #include "engine/devices/proc/process_state.h"
-#include "engine/devices/proc/shim_protocol.h"
+#include "transport/wire/shim_protocol.h"
 #include "engine/devices/proc/trackers.h"
 #include "engine/devices/vfio/kernel.h"
-#include "gpumigrate/proc.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/proc.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace {

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 
 #include "engine/devices/device_spec.h"
-#include "gpumigrate/proc.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/proc.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 

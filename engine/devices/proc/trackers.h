@@ -19,8 +19,8 @@
 #include <utility>
 #include <vector>
 
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::proc {
 

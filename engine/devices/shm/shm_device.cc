@@ -1,4 +1,4 @@
-// The shm backend (gpumigrate/shm.h): a shared memory file, read and written
+// The shm backend (gpumigrate/devices/shm.h): a shared memory file, read and written
 // with pread/pwrite, dirty pages found by hashing.
 #include <fcntl.h>
 #include <linux/falloc.h>
@@ -13,8 +13,8 @@
 #include <fmt/format.h>
 
 #include "engine/devices/proc/trackers.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/shm.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/shm.h"
 
 namespace gpumigrate {
 namespace {

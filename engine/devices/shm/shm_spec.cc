@@ -1,8 +1,8 @@
 #include <fmt/format.h>
 
 #include "engine/devices/device_spec.h"
-#include "gpumigrate/shm.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/shm.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 

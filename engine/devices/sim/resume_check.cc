@@ -1,7 +1,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/sim.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate {
 

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "engine/devices/sim/content.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate {
 namespace {

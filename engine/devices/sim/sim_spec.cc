@@ -4,8 +4,8 @@
 #include <fmt/format.h>
 
 #include "engine/devices/device_spec.h"
-#include "gpumigrate/sim.h"
-#include "gpumigrate/units.h"
+#include "gpumigrate/devices/sim.h"
+#include "gpumigrate/common/units.h"
 
 namespace gpumigrate {
 namespace {

@@ -15,9 +15,9 @@
 #include <string_view>
 #include <vector>
 
-#include "gpumigrate/bitmap.h"
-#include "gpumigrate/iommu_tracking.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/bitmap.h"
+#include "gpumigrate/devices/iommu_tracking.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::vfio {
 

@@ -16,7 +16,7 @@
 #include <span>
 #include <string>
 
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::vfio {
 

@@ -10,8 +10,8 @@
 
 #include "engine/devices/vfio/kernel.h"
 #include "engine/devices/vfio/vfio_compat.h"
-#include "gpumigrate/device.h"
-#include "gpumigrate/status.h"
+#include "gpumigrate/devices/device.h"
+#include "gpumigrate/common/status.h"
 
 namespace gpumigrate::vfio {
 

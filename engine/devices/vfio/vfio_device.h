@@ -1,4 +1,4 @@
-// VfioDevice: the vfio: backend (include/gpumigrate/vfio.h) over vfio::Kernel.
+// VfioDevice: the vfio: backend (include/gpumigrate/devices/vfio.h) over vfio::Kernel.
 // Its logical state is the session's (device.h); the kernel state follows it,
 // except that a device without PRE_COPY stays RUNNING in the kernel while the
 // session is in PRE_COPY (it has nothing to hand over before the stun).
@@ -20,8 +20,8 @@
 
 #include "engine/devices/vfio/state_mux.h"
 #include "engine/devices/vfio/vfio_calls.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/vfio.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/vfio.h"
 
 namespace gpumigrate::vfio {
 

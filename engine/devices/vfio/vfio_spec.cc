@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "engine/devices/vfio/vfio_device.h"
-#include "gpumigrate/vfio.h"
+#include "gpumigrate/devices/vfio.h"
 
 namespace gpumigrate {
 

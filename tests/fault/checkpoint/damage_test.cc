@@ -11,8 +11,8 @@
 
 #include "checkpoint.pb.h"
 #include "engine/checkpoint/file_format.h"
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate {
 namespace {

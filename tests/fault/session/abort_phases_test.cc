@@ -5,8 +5,8 @@
 
 #include <thread>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/fault/support_source_intact.h"
 #include "transport/net/fault_stream.h"
 

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 #include "tests/support/fake_device.h"
 
 namespace gpumigrate {

@@ -1,6 +1,6 @@
 // A link that collapses in the middle of a pre-copy round (WatchLink and
 // JudgeLink in engine/session/source.cc, DecideAtLinkRate in
-// gpumigrate/switchover.h): the migration is aborted within the round, within
+// gpumigrate/policy/switchover.h): the migration is aborted within the round, within
 // 5 s of the cut, the source running with its memory intact, when the workload
 // writes more than the slow link carries; a workload that writes less goes on
 // and completes over the slow link.
@@ -12,8 +12,8 @@
 #include <mutex>
 #include <thread>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/fault/support_source_intact.h"
 
 namespace gpumigrate {

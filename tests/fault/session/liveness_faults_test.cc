@@ -9,8 +9,8 @@
 #include <chrono>
 #include <thread>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/fault/support_source_intact.h"
 #include "tests/support/fake_device.h"
 #include "transport/net/fault_stream.h"

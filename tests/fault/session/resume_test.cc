@@ -14,7 +14,7 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 #include "tests/support/fake_device.h"
 #include "transport/net/fault_stream.h"
 #include "transport/wire/control_channel.h"

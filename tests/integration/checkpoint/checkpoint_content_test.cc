@@ -9,9 +9,9 @@
 #include <fstream>
 #include <thread>
 
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/support/device_compare.h"
 
 namespace gpumigrate {

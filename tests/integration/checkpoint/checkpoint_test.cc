@@ -8,8 +8,8 @@
 #include <random>
 #include <thread>
 
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/support/device_compare.h"
 
 namespace gpumigrate {

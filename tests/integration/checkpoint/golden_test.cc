@@ -2,8 +2,8 @@
 // the format: every later version must still read, verify and restore them.
 #include <gtest/gtest.h>
 
-#include "gpumigrate/checkpoint.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/checkpoint/checkpoint.h"
+#include "gpumigrate/devices/sim.h"
 
 namespace gpumigrate {
 namespace {

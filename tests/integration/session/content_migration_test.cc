@@ -12,9 +12,9 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/content_store.h"
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/content/content_store.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/support/device_compare.h"
 
 namespace gpumigrate {

@@ -3,8 +3,8 @@
 
 #include <thread>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/sim.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/sim.h"
 #include "tests/support/device_compare.h"
 
 namespace gpumigrate {

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/vfio/vfio_device.h"
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 #include "tests/support/vfio/counting_kernel.h"
 #include "tests/support/vfio/vfio_test_util.h"
 

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/vfio/vfio_device.h"
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 #include "tests/support/vfio/fake_vfio_device.h"
 
 namespace gpumigrate::vfio {

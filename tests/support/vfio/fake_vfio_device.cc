@@ -3,7 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "gpumigrate/device.h"
+#include "gpumigrate/devices/device.h"
 
 namespace gpumigrate::vfio::fake {
 namespace {

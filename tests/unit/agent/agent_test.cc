@@ -1,8 +1,8 @@
 // The agent's pieces: its configuration (checked with the planner's rules), the
 // control channel's framing, the request handler over a fake launcher (jobs,
 // limits, holds, restarts), and the real process launcher.
-#include "gpumigrate/agent.h"
-#include "gpumigrate/rate_file.h"
+#include "gpumigrate/agent/agent.h"
+#include "gpumigrate/common/rate_file.h"
 
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 
 namespace gpumigrate::agent {
 namespace {
@@ -240,6 +241,24 @@ class AgentTest : public ::testing::Test {
 
 const char* kIncoming = R"({"name": "llm-9", "device": "sim:size=8MiB",
   "inventory": {"gpus": [0], "profile": "3g.40gb", "placement": 0, "class": "inference"}})";
+
+// Every request has one name, shared by the agent and its callers.
+TEST(AgentOps, EveryOpHasOneNameBothEndsRead) {
+  std::set<std::string> names;
+  for (Op op : {Op::kInventory, Op::kStatus, Op::kReceive, Op::kMigrate, Op::kPace, Op::kCancel, Op::kStartReplica,
+                Op::kDrain, Op::kPowerOff, Op::kResolve, Op::kMaintenance}) {
+    const std::string name(OpName(op));
+    EXPECT_TRUE(names.insert(name).second) << name << " named twice";
+    EXPECT_EQ(ParseOp(name), op) << name;
+    EXPECT_EQ(Request(op, {{"job", 3}}), (Json{{"job", 3}, {"op", name}}));
+  }
+  EXPECT_FALSE(ParseOp("power_off").has_value());
+  EXPECT_FALSE(ParseOp("").has_value());
+  for (JobState s : {JobState::kRunning, JobState::kCompleted, JobState::kFailed, JobState::kInDoubt, JobState::kLost}) {
+    EXPECT_EQ(ParseJobState(JobStateName(s)), s);
+  }
+  EXPECT_FALSE(ParseJobState("in_doubt").has_value()) << "the report's spelling is not a job state";
+}
 
 TEST_F(AgentTest, InventoryIsThePlannersFormat) {
   Json inv = Call({{"op", "inventory"}});

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/sim/content.h"
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 
 namespace gpumigrate {
 namespace {

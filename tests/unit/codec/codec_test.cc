@@ -1,4 +1,4 @@
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 
 #include <random>
 

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/sim/content.h"
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 #include "transport/wire/control_channel.h"
 
 namespace gpumigrate {

@@ -1,4 +1,4 @@
-#include "gpumigrate/bitmap.h"
+#include "gpumigrate/common/bitmap.h"
 
 #include <atomic>
 #include <random>

@@ -1,6 +1,6 @@
 // The Prometheus text format as written: families, escaping, values, and names
 // the format does not allow dropped (and counted), never written.
-#include "gpumigrate/prom_text.h"
+#include "gpumigrate/common/prom_text.h"
 
 #include <cmath>
 #include <limits>

@@ -1,5 +1,5 @@
 // RateFile: the rate a running migration follows, from a file the agent rewrites.
-#include "gpumigrate/rate_file.h"
+#include "gpumigrate/common/rate_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "gpumigrate/stats.h"
+#include "gpumigrate/common/stats.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "gpumigrate/status.h"
+#include "gpumigrate/common/status.h"
 
 #include <cerrno>
 
@@ -26,6 +26,17 @@ TEST(Status, OkAndErrors) {
   EXPECT_EQ(s.ToString(), "CORRUPT: frame: decode failed: bad magic");
   EXPECT_EQ(s.WithContext("data stream 2").message(), "data stream 2: frame: decode failed: bad magic");
   EXPECT_TRUE(Status::Ok().WithContext("x").ok());
+}
+
+// A caller acts on the system's reason, not on the message's words: the errno
+// travels with the status, through WithContext and copies.
+TEST(Status, KeepsTheErrnoItWasMadeFrom) {
+  const Status s = Status::FromErrno(-ECONNREFUSED, "tcp: connect 127.0.0.1:1");
+  EXPECT_EQ(s.error_number(), ECONNREFUSED);
+  EXPECT_EQ(s.WithContext("session join").error_number(), ECONNREFUSED);
+  Result<int> r = s;
+  EXPECT_EQ(r.status().error_number(), ECONNREFUSED);
+  EXPECT_EQ(Unavailable("connection refused").error_number(), 0) << "words are not an errno";
 }
 
 TEST(Status, FromErrnoAcceptsNegativeValuesAndMapsCodes) {

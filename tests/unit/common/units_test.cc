@@ -1,4 +1,4 @@
-#include "gpumigrate/units.h"
+#include "gpumigrate/common/units.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // indexes, what it fills, and each guard (a changed file, changed content with
 // its mtime kept, a damaged index) — each of which a store without the guard
 // would fail.
-#include "gpumigrate/content_store.h"
+#include "gpumigrate/content/content_store.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "gpumigrate/device.h"
+#include "gpumigrate/devices/device.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // (BesideMemory: a QEMU guest's RAM), on hand-computed cases.
 #include <gtest/gtest.h>
 
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/estimator.h"
 
 namespace gpumigrate {
 namespace {

@@ -1,7 +1,7 @@
 // Stored calibration: where it lives, reading it back, and a clear error (never a
 // crash) for a missing or damaged file. Each test points $GPUMIGRATE_CALIBRATION
 // at its own temporary directory and puts the environment back afterwards.
-#include "gpumigrate/calibration.h"
+#include "gpumigrate/estimator/calibration.h"
 
 #include <cstdlib>
 #include <filesystem>

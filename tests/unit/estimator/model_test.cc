@@ -1,7 +1,7 @@
 // The estimator's model on hand-computed cases.
 #include <gtest/gtest.h>
 
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/estimator.h"
 
 namespace gpumigrate {
 namespace {

@@ -1,8 +1,8 @@
-// The path calibration (gpumigrate/path_calibration.h): its fit recovers known
+// The path calibration (gpumigrate/estimator/path_calibration.h): its fit recovers known
 // costs from synthetic runs, reports are read back, the store keeps one entry per
 // configuration and rejects a damaged file by name; and the model's use of it
 // (round overhead, stun = fixed + final / final rate, the marginal outcome).
-#include "gpumigrate/path_calibration.h"
+#include "gpumigrate/estimator/path_calibration.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/estimator.h"
 #include "tests/support/calibration_dir.h"
 
 namespace gpumigrate {

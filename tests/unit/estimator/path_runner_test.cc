@@ -3,7 +3,7 @@
 // the test sees every command line the runs start and hands back the reports a
 // real `migrate --json` would print (round 0 at 500 MB/s after 30 ms, dirty
 // rounds 4 ms beyond their bytes, a stun of 20 ms + final bytes at 250 MB/s).
-#include "gpumigrate/path_calibration.h"
+#include "gpumigrate/estimator/path_calibration.h"
 
 #include <algorithm>
 #include <fstream>
@@ -14,7 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/launcher.h"
+#include "gpumigrate/common/launcher.h"
 
 namespace gpumigrate {
 namespace {

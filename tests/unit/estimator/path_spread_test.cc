@@ -1,8 +1,8 @@
 // The host's record of migrations against their path calibration
-// (gpumigrate/path_spread.h): what a run says, how the record is kept in the
+// (gpumigrate/estimator/path_spread.h): what a run says, how the record is kept in the
 // path calibration file beside the entries, the spread drawn from it, and the
 // estimate's ranges widened by it.
-#include "gpumigrate/path_spread.h"
+#include "gpumigrate/estimator/path_spread.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,8 +14,8 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/calibration.h"
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/calibration.h"
+#include "gpumigrate/estimator/estimator.h"
 #include "tests/support/calibration_dir.h"
 
 namespace gpumigrate {

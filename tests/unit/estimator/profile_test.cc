@@ -2,7 +2,7 @@
 // known exactly.
 #include <gtest/gtest.h>
 
-#include "gpumigrate/estimator.h"
+#include "gpumigrate/estimator/estimator.h"
 #include "tests/support/fake_device.h"
 
 namespace gpumigrate {

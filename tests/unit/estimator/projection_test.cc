@@ -1,4 +1,4 @@
-// Projection to a target host and to a larger GPU VM (gpumigrate/projection.h),
+// Projection to a target host and to a larger GPU VM (gpumigrate/estimator/projection.h),
 // on hand-computed cases.
 #include <cmath>
 #include <gtest/gtest.h>
@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "gpumigrate/estimator.h"
-#include "gpumigrate/projection.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/estimator/estimator.h"
+#include "gpumigrate/estimator/projection.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate {
 namespace {

@@ -1,9 +1,9 @@
-// The evacuation controller (include/gpumigrate/evacuation.h) without a CLI or a
+// The evacuation controller (include/gpumigrate/evacuation/evacuation.h) without a CLI or a
 // network: three in-process agents (agent::Agent, each over a launcher whose
 // children end as the test scripts them) reached through an agent::Client that
 // hands each request to the agent at that address, and a state store in a
 // directory. The same requests and replies as over TLS; no process is started.
-#include "gpumigrate/evacuation.h"
+#include "gpumigrate/evacuation/evacuation.h"
 
 #include <unistd.h>
 

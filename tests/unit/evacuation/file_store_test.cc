@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
 
 namespace gpumigrate {
 namespace {

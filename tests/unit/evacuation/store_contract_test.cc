@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "engine/evacuation/etcd_client.h"
-#include "gpumigrate/evacuation_store.h"
+#include "gpumigrate/evacuation/evacuation_store.h"
 
 namespace gpumigrate {
 namespace {

@@ -15,7 +15,7 @@
 
 #include <gtest/gtest.h>
 
-#include "engine/devices/proc/shim_protocol.h"
+#include "transport/wire/shim_protocol.h"
 #include "transport/crypto/tls.h"
 #include "transport/net/tcp.h"
 #include "transport/wire/control_channel.h"

@@ -1,4 +1,4 @@
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/stream.h"
 
 #include <atomic>
 #include <thread>

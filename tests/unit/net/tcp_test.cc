@@ -1,6 +1,7 @@
 // TCP streams over loopback only, each bounded in time.
 #include "transport/net/tcp.h"
 
+#include <cerrno>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -42,6 +43,18 @@ Pair Connect() {
   t.join();
   p.server = std::move(s).value();
   return p;
+}
+
+// Nobody listens: the refusal carries ECONNREFUSED (a resumption gives up on
+// a receiver that is gone by it, not by the message's words).
+TEST(Tcp, ARefusedConnectionSaysSoByItsErrno) {
+  auto l = TcpListener::Listen(*ParseHostPort("127.0.0.1:0"));
+  ASSERT_TRUE(l.ok()) << l.status().message();
+  const HostPort to{"127.0.0.1", static_cast<uint16_t>((*l)->port())};
+  l->reset();
+  auto fd = ConnectTcpFd(to, 2000ms);
+  ASSERT_FALSE(fd.ok());
+  EXPECT_EQ(fd.status().error_number(), ECONNREFUSED) << fd.status().message();
 }
 
 TEST(Tcp, CountsTheBytesThePeerAcknowledged) {

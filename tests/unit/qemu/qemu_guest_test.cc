@@ -12,9 +12,9 @@
 #include <string>
 #include <thread>
 
-#include "gpumigrate/qemu.h"
-#include "gpumigrate/qmp.h"
-#include "gpumigrate/shm.h"
+#include "gpumigrate/qemu/qemu.h"
+#include "gpumigrate/qemu/qmp.h"
+#include "gpumigrate/devices/shm.h"
 #include "tests/unit/qemu/scripted_qmp_peer.h"
 
 namespace gpumigrate {

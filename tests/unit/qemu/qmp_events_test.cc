@@ -6,7 +6,7 @@
 #include <string>
 #include <thread>
 
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qmp.h"
 #include "tests/unit/qemu/scripted_qmp_peer.h"
 
 namespace gpumigrate {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qmp.h"
 
 extern char** environ;
 

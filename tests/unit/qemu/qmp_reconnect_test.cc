@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qmp.h"
 #include "tests/unit/qemu/scripted_qmp_peer.h"
 
 namespace gpumigrate {

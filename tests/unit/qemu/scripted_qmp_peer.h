@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpumigrate/qmp.h"
+#include "gpumigrate/qemu/qmp.h"
 
 namespace gpumigrate::testing {
 

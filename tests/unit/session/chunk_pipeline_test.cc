@@ -11,7 +11,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/dirty_tracker.h"
+#include "gpumigrate/devices/dirty_tracker.h"
 #include "transport/wire/frame.h"
 
 namespace gpumigrate::session_detail {

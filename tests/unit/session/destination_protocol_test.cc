@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "engine/session/page_hashes.h"
-#include "gpumigrate/session.h"
+#include "gpumigrate/session/session.h"
 #include "tests/support/fake_device.h"
 #include "transport/wire/control_channel.h"
 #include "transport/wire/frame.h"

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/clock.h"
+#include "gpumigrate/common/clock.h"
 
 namespace gpumigrate {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 #include "tests/support/fake_device.h"
 
 namespace gpumigrate {

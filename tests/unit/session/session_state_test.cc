@@ -2,7 +2,7 @@
 // rollback and in-doubt outcomes, with exact expectations.
 #include <gtest/gtest.h>
 
-#include "gpumigrate/local_migration.h"
+#include "gpumigrate/session/local_migration.h"
 #include "tests/support/fake_device.h"
 
 namespace gpumigrate {

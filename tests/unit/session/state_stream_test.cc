@@ -11,8 +11,8 @@
 
 #include "engine/devices/vfio/vfio_device.h"
 #include "engine/session/frame_sender.h"
-#include "gpumigrate/clock.h"
-#include "gpumigrate/stream.h"
+#include "gpumigrate/common/clock.h"
+#include "gpumigrate/common/stream.h"
 #include "tests/support/fake_device.h"
 #include "tests/support/vfio/vfio_test_util.h"
 

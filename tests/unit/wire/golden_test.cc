@@ -8,7 +8,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/codec.h"
+#include "gpumigrate/codec/codec.h"
 #include "transport/crypto/frame_protector.h"
 #include "transport/wire/control_channel.h"
 #include "transport/wire/frame.h"

@@ -1,8 +1,8 @@
-// Suspend and resume (include/gpumigrate/cuda_checkpoint.h) of real processes
+// Suspend and resume (include/gpumigrate/devices/cuda_checkpoint.h) of real processes
 // running against the driver double: tests/support/cuda/fake_app.cc is the CUDA
 // process, this test the controller, and the fake's state file in a private
 // folder joins them.
-#include "gpumigrate/cuda_checkpoint.h"
+#include "gpumigrate/devices/cuda_checkpoint.h"
 
 #include <sys/file.h>
 #include <sys/uio.h>

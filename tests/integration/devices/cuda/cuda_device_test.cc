@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/cuda/driver_loader.h"
-#include "gpumigrate/cuda.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/cuda.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/proc.h"
 #include "gpumigrate/shim.h"
 
 namespace gpumigrate::cuda {

@@ -17,9 +17,9 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/proc/trackers.h"
-#include "gpumigrate/bitmap.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/common/bitmap.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/proc.h"
 #include "gpumigrate/shim.h"
 
 namespace gpumigrate::testing {

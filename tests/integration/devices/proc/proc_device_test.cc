@@ -5,9 +5,9 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/proc.h"
 #include "tests/integration/devices/proc/in_process_workload.h"
 #include "tests/support/fake_device.h"
 

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/proc.h"
 #include "tests/integration/devices/proc/in_process_workload.h"
 
 namespace gpumigrate::testing {

@@ -14,8 +14,8 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/local_migration.h"
-#include "gpumigrate/shm.h"
+#include "gpumigrate/session/local_migration.h"
+#include "gpumigrate/devices/shm.h"
 
 namespace gpumigrate {
 namespace {

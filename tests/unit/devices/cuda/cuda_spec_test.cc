@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "gpumigrate/cuda.h"
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/cuda.h"
+#include "gpumigrate/devices/proc.h"
 
 namespace gpumigrate {
 namespace {

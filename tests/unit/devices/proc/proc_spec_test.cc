@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "gpumigrate/proc.h"
+#include "gpumigrate/devices/proc.h"
 
 namespace gpumigrate {
 namespace {

@@ -14,9 +14,9 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
-#include "gpumigrate/bitmap.h"
-#include "gpumigrate/dirty_tracker.h"
-#include "gpumigrate/shm.h"
+#include "gpumigrate/common/bitmap.h"
+#include "gpumigrate/devices/dirty_tracker.h"
+#include "gpumigrate/devices/shm.h"
 
 namespace gpumigrate {
 namespace {

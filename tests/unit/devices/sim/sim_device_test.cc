@@ -1,4 +1,4 @@
-#include "gpumigrate/sim.h"
+#include "gpumigrate/devices/sim.h"
 
 #include <algorithm>
 #include <array>
@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/dirty_tracker.h"
+#include "gpumigrate/devices/dirty_tracker.h"
 
 namespace gpumigrate {
 namespace {

@@ -13,7 +13,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/devices/vfio/iommufd_compat.h"
-#include "gpumigrate/iommu_tracking.h"
+#include "gpumigrate/devices/iommu_tracking.h"
 #include "tests/support/vfio/fake_dma_logging.h"
 #include "tests/support/vfio/fake_iommufd.h"
 #include "tests/support/vfio/vfio_test_util.h"

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "gpumigrate/open_device.h"
+#include "gpumigrate/devices/open_device.h"
 #include "tests/support/vfio/vfio_test_util.h"
 
 namespace gpumigrate::vfio {
