@@ -182,6 +182,10 @@ CLI::App* AddRestoreCommand(CLI::App& app, RestoreFlags& f) {
   c->add_option("--run-after", f.run_after,
                 "sim: let the restored workload run this long, then pause it and self-check its memory")
       ->capture_default_str();
+  c->add_option("--threads", f.threads,
+                "Threads that open, decompress and write the file's frames beside each recorded stream's reading "
+                "thread, as receive --threads (default: the cores those threads leave, at most 8)")
+      ->check(CLI::Range(0, 64));
   c->add_flag("--json", f.json, "Print one JSON object with the report on stdout");
   return c;
 }
@@ -255,6 +259,7 @@ int RunRestore(const RestoreFlags& f, const std::atomic<bool>& cancel) {
   o.key = *key;
   o.base_paths = f.base_paths;
   o.session.content_store_dir = f.content_store;
+  if (f.threads >= 0) o.session.workers = static_cast<uint32_t>(f.threads);
   o.session.cancel = &cancel;
   o.session.on_phase = WithCrashHook(nullptr);
   o.on_progress = FileProgress("restore");

@@ -37,6 +37,7 @@ struct RestoreFlags {
   std::string content_store;
   std::vector<std::string> base_paths;
   std::string run_after = "500ms";
+  int threads = -1;  // --threads: the destination's workers; -1: DefaultDestinationWorkers
   bool json = false;
 };
 

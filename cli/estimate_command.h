@@ -33,6 +33,7 @@ struct EstimateFlags {
   uint32_t streams = 0;             // 0: the migration's default
   std::string nic, per_stream;
   uint32_t threads = 0;             // the source's workers (migrate --threads); 0: as migrate picks for --cores
+  int destination_threads = -1;     // the destination's workers (receive --threads); -1: as receive picks
   std::string read_rate;            // one core's device read rate; "": memcpy
   bool shared_host = false;         // source and destination share the target's cores (loopback)
   std::string warmup = "500ms";

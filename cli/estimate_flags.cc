@@ -72,6 +72,10 @@ void AddEstimateTargetFlags(CLI::App* c, EstimateFlags& f) {
                 "The source's reading workers on the target, as `migrate --threads` (default: what migrate runs on "
                 "--cores cores: one per core, at most 8)")
       ->check(CLI::Range(1, 4096));
+  c->add_option("--destination-threads", f.destination_threads,
+                "The destination's workers on the target, as `receive --threads` (default: what receive runs there: "
+                "the cores the data streams' threads leave, at most 8; 0: each stream's thread does it all)")
+      ->check(CLI::Range(0, 4096));
   c->add_option("--read-rate", f.read_rate,
                 "One core's rate reading the device on the target, e.g. 3GB/s (default: memcpy, from the profile)");
   c->add_flag("--shared-host", f.shared_host,
@@ -209,6 +213,7 @@ Status SetTarget(const EstimateFlags& f, EstimateOptions& o) {
   t.encrypted = f.transport != "insecure";  // integrity tags only: no AES-GCM stage
   t.network = f.transport != "in-process";
   t.source_workers = f.threads;
+  if (f.destination_threads >= 0) t.destination_workers = static_cast<uint32_t>(f.destination_threads);
   if (!f.read_rate.empty()) {
     GM_ASSIGN_OR_RETURN(t.device_read_bytes_per_s, ParseRateBytesPerS(f.read_rate));
   }
@@ -245,7 +250,7 @@ Result<EstimateOptions> MakeEstimateOptions(const EstimateFlags& f) {
     return InvalidArgument("--project-per-gpu and --kv-rate-per-gpu need --project COUNTxSIZE");
   }
   if (o.project || !f.target.empty() || f.cores || !f.nic.empty() || !f.per_stream.empty() || f.shared_host ||
-      f.threads != 0 || !f.read_rate.empty()) {
+      f.threads != 0 || f.destination_threads >= 0 || !f.read_rate.empty()) {
     GM_RETURN_IF_ERROR(SetTarget(f, o));
   }
   return o;

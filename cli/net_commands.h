@@ -53,6 +53,7 @@ struct ReceiveFlags {
   std::string content_store;  // --content-store DIR: fill offered pages from these files
   std::string run_after = "500ms";
   std::string handshake_timeout = "10s";
+  int threads = -1;  // --threads: the destination's workers; -1: DefaultDestinationWorkers
   LivenessFlags live;
   TlsFlags tls;
   QemuFlags qemu;

@@ -43,6 +43,10 @@ CLI::App* AddReceiveCommand(CLI::App& app, ReceiveFlags& f) {
                 "Once a connection arrives: how long its TLS handshake and session join may take (a silent stranger "
                 "is dropped after this, not after --accept-timeout)")
       ->capture_default_str();
+  c->add_option("--threads", f.threads,
+                "Threads that open, decompress and write frames beside each data stream's receiving thread (default: "
+                "the cores the streams' threads leave, at most 8; 0: each stream's thread does it all)")
+      ->check(CLI::Range(0, 64));
   AddLivenessFlags(c, f.live);
   AddQemuDestinationFlags(c, f.qemu);
   AddTlsFlags(c, f.tls);
@@ -130,6 +134,7 @@ int RunReceive(const ReceiveFlags& f, const std::atomic<bool>& cancel) {
   ApplyLiveness(*live, o);
   o.aes_key = ns->aes_key;
   o.content_store_dir = f.content_store;
+  if (f.threads >= 0) o.workers = static_cast<uint32_t>(f.threads);
   std::vector<NetSession> links;
   links.push_back(std::move(ns).value());
   if (o.resume_window > std::chrono::nanoseconds(0)) {

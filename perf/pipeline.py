@@ -37,8 +37,11 @@ open, codec, page hash, write): what the engine could move if every stage ran
 on every core with nothing else in the way. Seal, open and TCP cost per wire
 byte (raw / the run's compression ratio). The codecs' rates are measured on bf16
 weights: on noise a codec gives up sooner, so its floor there is low (a ratio
-above 1). `workers` is the source's --threads; the destination has no workers
-yet (one session thread, one receiving thread per stream)."""
+above 1). `workers` is the source's --threads on source and end-to-end lines,
+restore's --threads on dest_alone lines (the destination's workers: threads that
+open and write frames beside each stream's receiving thread; 0: each stream's
+thread does it all); `destination_workers` on end-to-end lines is what receive
+ran by default (the cores the streams leave)."""
 import json
 import os
 import statistics
@@ -170,13 +173,15 @@ def end_to_end(size, data, config, workers):
         sys.exit(f"{config} {data} {size}: migration failed ({rc}/{recv.returncode}): {out[-1500:]} {err}")
     s = json.loads(out)
     r0 = s["rounds"][0]
-    return {"raw_bytes_per_s": r0["raw_bytes"] / (r0["ms"] / 1e3), "wire_bytes_per_s": r0["bytes"] / (r0["ms"] / 1e3),
+    return {"destination_workers": json.loads(rout).get("destination_workers"), "raw_bytes_per_s": r0["raw_bytes"] / (r0["ms"] / 1e3), "wire_bytes_per_s": r0["bytes"] / (r0["ms"] / 1e3),
             "ratio": s["compression_ratio"], "round0_ms": r0["ms"], "stun_ms": s["stun_ms"],
             "codecs": sorted({c["codec"] for c in s.get("codecs", [])}),
             "source": src_ru, "destination": dst_ru, "verified": s["verified"] and json.loads(rout)["verified"]}
 
 
 def one_side(size, data, workers):
+    """The source alone (checkpoint --threads W) once, then the destination alone
+    (restore --threads D) from its file for every D in THREADS and 0."""
     dev = device(size, data)
     path = os.path.join(shm, "ckpt")
     rc, out, err, src_ru = run([gm, "checkpoint", "--device", dev, "--to", path, "--threads", str(workers),
@@ -185,13 +190,16 @@ def one_side(size, data, workers):
         sys.exit(f"checkpoint {dev}: {err}")
     c = json.loads(out)
     r0 = c["rounds"][0]
-    rc, out, err, dst_ru = run([gm, "restore", "--from", path, "--device", dev, "--run-after", "50ms", "--json"])
+    dst = {}
+    for d_workers in sorted(set([0] + threads)):
+        rc, out, err, dst_ru = run([gm, "restore", "--from", path, "--device", dev, "--run-after", "50ms",
+                                    "--threads", str(d_workers), "--json"])
+        if rc != 0:
+            sys.exit(f"restore {dev}: {err}")
+        d = json.loads(out)
+        dst[d_workers] = {"raw_bytes_per_s": d["bytes_sent"] / (d["total_ms"] / 1e3), "rss": dst_ru}
     os.unlink(path)
-    if rc != 0:
-        sys.exit(f"restore {dev}: {err}")
-    d = json.loads(out)
-    return ({"raw_bytes_per_s": r0["raw_bytes"] / (r0["ms"] / 1e3), "rss": src_ru},
-            {"raw_bytes_per_s": d["bytes_sent"] / (d["total_ms"] / 1e3), "rss": dst_ru})
+    return {"raw_bytes_per_s": r0["raw_bytes"] / (r0["ms"] / 1e3), "rss": src_ru}, dst
 
 
 def median_of(results, key):
@@ -205,15 +213,16 @@ for size in sizes:
     for data in ("bf16", "noise"):
         for workers in threads:
             sides = [one_side(size, data, workers) for _ in range(runs)]
-            for i, (kind, side) in enumerate((("source_alone", "source"), ("dest_alone", "destination"))):
-                if kind == "dest_alone" and workers != threads[0]:
-                    continue  # the destination has no workers: once is enough
-                rate = statistics.median(s[i]["raw_bytes_per_s"] for s in sides)
+            lines = [("source_alone", "source", workers, [s[0] for s in sides])]
+            if workers == threads[0]:  # the destination's lines once, from the first count's files
+                lines += [("dest_alone", "destination", d, [s[1][d] for s in sides]) for d in sorted(sides[0][1])]
+            for kind, side, w, got in lines:
+                rate = statistics.median(g["raw_bytes_per_s"] for g in got)
                 floor = cpu_floor(per_core, data, "plain", 1.0, side)
                 emit({"kind": kind, "size": size, "data": data, "security": "integrity tag (no --key-file)",
-                      "workers": workers if kind == "source_alone" else 1, "raw_bytes_per_s": round(rate),
+                      "workers": w, "raw_bytes_per_s": round(rate),
                       "cpu_floor_bytes_per_s": round(floor), "of_cpu_floor": round(rate / floor, 3),
-                      "peak_rss_bytes": max(s[i]["rss"]["peak_rss_bytes"] for s in sides)})
+                      "peak_rss_bytes": max(g["rss"]["peak_rss_bytes"] for g in got)})
         for config in CONFIGS:
             for workers in threads:
                 res = [end_to_end(size, data, config, workers) for _ in range(runs)]
@@ -232,7 +241,8 @@ for size in sizes:
                     continue
                 floor = cpu_floor(per_core, data, config, ratio)
                 emit({"kind": "end_to_end", "size": size, "data": data, "config": config, "streams": streams,
-                      "workers": workers, "raw_bytes_per_s": round(rate),
+                      "workers": workers, "destination_workers": res[0]["destination_workers"],
+                      "raw_bytes_per_s": round(rate),
                       "wire_bytes_per_s": round(median_of(res, "wire_bytes_per_s")),
                       "compression_ratio": round(ratio, 3), "cpu_floor_bytes_per_s": round(floor),
                       "of_cpu_floor": round(rate / floor, 3),

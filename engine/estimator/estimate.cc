@@ -220,12 +220,16 @@ Status TargetBandwidth(const EstimateOptions& o, EstimateReport& r) {
   r.link_source = fmt::format("target pipeline: {} raw ({} on the wire), bound by the {}", FormatRate(b.raw_bytes_per_s),
                               FormatRate(b.wire_bytes_per_s), b.binds);
   const uint32_t workers = t.source_workers ? t.source_workers : DefaultSourceWorkers(t.cores);
+  const uint32_t dst_workers = DestinationWorkersOf(t);
   r.assumptions.push_back(fmt::format(
       "target: {} cores per side, {} data streams, {} source worker{} ({}; the session thread copies frames, one "
-      "thread per stream seals and sends){}, per-core stage rates {}; the pipeline runs at the lowest of its "
+      "thread per stream seals and sends), {}{}, per-core stage rates {}; the pipeline runs at the lowest of its "
       "limits, here the {}; the pessimistic bound takes 90% of it",
       t.cores, t.streams, workers, workers == 1 ? "" : "s",
       t.source_workers ? "--threads" : "what migrate runs on that many cores",
+      dst_workers == 0 ? std::string("each destination stream's thread opens and writes its own frames")
+                       : fmt::format("{} destination worker{} open and write what the streams' threads receive",
+                                     dst_workers, dst_workers == 1 ? "" : "s"),
       t.device_read_bytes_per_s > 0 ? fmt::format(", the device read at {} per core",
                                                   FormatRate(t.device_read_bytes_per_s))
                                     : std::string(),

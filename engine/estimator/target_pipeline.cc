@@ -66,6 +66,44 @@ CodecStages StagesOf(CodecKind k) {
 
 }  // namespace
 
+namespace {
+
+// A group of `threads` threads sharing the stages of `c`: min(threads, cores) of them at once.
+void Group(PipelineBound& b, const TargetSpec& t, const char* name, uint32_t threads, const char* what,
+           const SideCost& c) {
+  const uint32_t used = std::min(threads, t.cores);
+  b.limits.push_back({name, used / c.s_per_byte,
+                      fmt::format("{} {} thread{} on {} cores ({}); costliest: {}", threads, what,
+                                  threads == 1 ? "" : "s", t.cores, c.detail, c.costliest)});
+}
+
+// The destination's limits: each stream's thread doing it all (no workers),
+// or the streams' threads receiving beside `workers` writing. `dc` (the
+// workers' stages, or all of them) becomes the whole side's cost per byte.
+Status DestinationGroups(PipelineBound& b, const TargetSpec& t, uint32_t workers, const std::vector<Stage>& recv,
+                         SideCost& dc) {
+  if (workers == 0) {
+    Group(b, t, "destination CPU", t.streams, "receiving", dc);
+    return Status::Ok();
+  }
+  double all = dc.s_per_byte;
+  if (!recv.empty()) {
+    GM_ASSIGN_OR_RETURN(SideCost rc, Sum("destination", recv));
+    Group(b, t, "destination receive", t.streams, "receiving", rc);
+    all += rc.s_per_byte;
+  }
+  Group(b, t, "destination workers", workers, "writing", dc);
+  b.limits.push_back({"destination CPU", t.cores / all, fmt::format("all destination stages on {} cores", t.cores)});
+  dc.s_per_byte = all;  // the shared-host limit counts both sides whole
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint32_t DestinationWorkersOf(const TargetSpec& t) {
+  return t.destination_workers ? *t.destination_workers : DefaultDestinationWorkers(t.cores, t.streams);
+}
+
 Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, double ratio) {
   if (t.cores == 0) return InvalidArgument("the target has no cores for the migration");
   if (t.streams == 0) return InvalidArgument("the target has no data streams");
@@ -78,12 +116,14 @@ Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, doubl
   // The engine's source (engine/session/chunk_pipeline.h, frame_sender.h):
   // workers read, hash and compress each chunk; the session thread copies each
   // frame's payload behind its header; one thread per data stream seals
-  // (or tags) and sends. The destination: one thread per stream receives,
-  // opens (or checks the tag), decompresses, hashes and writes.
+  // (or tags) and sends. The destination (frame_receiver.h): one thread per
+  // stream receives; its workers open (or check the tag), decompress, hash
+  // and write; without workers each stream's thread does it all.
+  const uint32_t dst_workers = DestinationWorkersOf(t);
   std::vector<Stage> work{{"read", read}, {"page hash", r.hash}};
   std::vector<Stage> session{{"frame copy", r.copy, wire}};
-  std::vector<Stage> send, dst;
-  if (t.network) dst.push_back({"socket receive", r.tcp, wire});
+  std::vector<Stage> send, recv, dst;
+  if (t.network) recv.push_back({"socket receive", r.tcp, wire});
   dst.push_back(t.encrypted ? Stage{"AES-GCM open", r.aes_gcm, wire} : Stage{"tag check", r.hash, wire});
   if (codec != CodecKind::kNone) {
     const CodecStages c = StagesOf(codec);
@@ -97,19 +137,17 @@ Result<PipelineBound> TargetPipeline(const TargetSpec& t, CodecKind codec, doubl
   GM_ASSIGN_OR_RETURN(SideCost wc, Sum("source", work));
   GM_ASSIGN_OR_RETURN(SideCost sc, Sum("source", session));
   GM_ASSIGN_OR_RETURN(SideCost nc, Sum("source", send));
+  if (dst_workers == 0) {
+    dst.insert(dst.begin(), recv.begin(), recv.end());
+    recv.clear();
+  }
   GM_ASSIGN_OR_RETURN(SideCost dc, Sum("destination", dst));
 
   PipelineBound b;
-  auto group = [&](const char* name, uint32_t threads, const char* what, const SideCost& c) {
-    const uint32_t used = std::min(threads, t.cores);
-    b.limits.push_back({name, used / c.s_per_byte,
-                        fmt::format("{} {} thread{} on {} cores ({}); costliest: {}", threads, what,
-                                    threads == 1 ? "" : "s", t.cores, c.detail, c.costliest)});
-  };
-  group("source workers", workers, "reading", wc);
-  group("source session thread", 1, "session", sc);
-  group("source send", t.streams, "sending", nc);
-  group("destination CPU", t.streams, "receiving", dc);
+  Group(b, t, "source workers", workers, "reading", wc);
+  Group(b, t, "source session thread", 1, "session", sc);
+  Group(b, t, "source send", t.streams, "sending", nc);
+  GM_RETURN_IF_ERROR(DestinationGroups(b, t, dst_workers, recv, dc));
   const double src_all = wc.s_per_byte + sc.s_per_byte + nc.s_per_byte;
   b.limits.push_back({"source CPU", t.cores / src_all, fmt::format("all source stages on {} cores", t.cores)});
   if (t.shared_host) {

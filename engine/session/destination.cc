@@ -7,6 +7,7 @@
 //                   PREPARED -> IN_DOUBT (connection lost: stay stopped, keep state)
 #include <array>
 #include <cstring>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -76,6 +77,12 @@ class Destination {
   MigrationReport Teardown(Outcome outcome, Status st, bool tell_peer);
   void StartControl();
   void StartReceiver();
+  uint32_t Workers() {
+    report_.destination_workers = opt_.workers ? *opt_.workers
+                                               : DefaultDestinationWorkers(std::thread::hardware_concurrency(),
+                                                                           static_cast<uint32_t>(streams_.data.size()));
+    return *report_.destination_workers;
+  }
   void StopLink();
   bool Resumable(const Status& st) const;
   Status Resume(Status st);
@@ -465,7 +472,8 @@ void Destination::StartControl() {
 void Destination::StartReceiver() {
   receiver_ = std::make_unique<FrameReceiver>(
       streams_.data, keys_, max_payload_, &regions_,
-      [this](const wire::FrameHeader& h, std::span<const std::byte> raw) { return Apply(h, raw); }, box_.get());
+      [this](const wire::FrameHeader& h, std::span<const std::byte> raw) { return Apply(h, raw); }, box_.get(),
+      Workers());
   if (content_) receiver_->AcceptDigests();
   receiver_->Start();
 }

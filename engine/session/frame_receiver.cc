@@ -1,30 +1,47 @@
 #include "engine/session/frame_receiver.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "gpumigrate/codec/codec.h"
+#include "gpumigrate/session/session.h"
 
 namespace gpumigrate {
 
 FrameReceiver::FrameReceiver(std::vector<Stream*> streams, const FrameKeys& keys, uint32_t max_payload_bytes,
-                             const std::vector<RegionInfo>* regions, ApplyFn apply, Mailbox* box)
+                             const std::vector<RegionInfo>* regions, ApplyFn apply, Mailbox* box, uint32_t workers)
     : streams_(std::move(streams)),
       keys_(keys),
       max_payload_(max_payload_bytes),
       regions_(regions),
       apply_(std::move(apply)),
       box_(box),
-      frames_(new std::atomic<uint64_t>[streams_.size()]) {
+      frames_(new std::atomic<uint64_t>[streams_.size()]),
+      workers_(workers) {
   for (size_t s = 0; s < streams_.size(); ++s) frames_[s] = 0;
+  for (size_t i = 0; i < size_t{workers_} * kFramesPerWorker; ++i) {
+    pool_.push_back(std::make_unique<Received>());
+    free_.push_back(pool_.back().get());
+  }
 }
 
 void FrameReceiver::Start() {
+  for (uint32_t w = 0; w < workers_; ++w) worker_threads_.emplace_back([this] { Work(); });
   for (size_t s = 0; s < streams_.size(); ++s) threads_.emplace_back([this, s] { Run(s); });
 }
 
+// The streams' threads first; then the workers apply what they were handed and end.
 void FrameReceiver::Join() {
   for (auto& t : threads_) t.join();
   threads_.clear();
+  {
+    std::lock_guard lk(mu_);
+    closing_ = true;
+  }
+  todo_cv_.notify_all();
+  for (auto& t : worker_threads_) t.join();
+  worker_threads_.clear();
 }
 
 uint64_t FrameReceiver::frames_total() const {
@@ -33,20 +50,74 @@ uint64_t FrameReceiver::frames_total() const {
   return n;
 }
 
+size_t FrameReceiver::most_in_flight() const {
+  std::lock_guard lk(mu_);
+  return most_in_flight_;
+}
+
 void FrameReceiver::Run(size_t s) {
-  std::vector<std::byte> payload, raw;
-  FrameDecoder decoder;  // one zstd context per receiving thread
-  auto protector = MakeFrameProtector(keys_);
+  Opener op(keys_);
+  Received mine;  // a frame this thread applies itself
   StreamReader in(*streams_[s]);
   for (uint64_t seq = 0;; ++seq) {
-    Status st = ReceiveFrame(s, seq, in, decoder, *protector, payload, raw);
-    if (!st.ok()) {
-      if (!done_.load()) box_->Fail(st.WithContext(fmt::format("data stream {}, frame {}", s, seq)));
+    Result<bool> here = ReceiveFrame(s, seq, in, op, mine);
+    if (!here.ok()) {
+      Applied(s, seq, here.status());
       return;
     }
-    frames_[s].fetch_add(1);
-    box_->Notify();
+    if (*here) Applied(s, seq, Status::Ok());
   }
+}
+
+void FrameReceiver::Applied(size_t s, uint64_t seq, const Status& st) {
+  if (!st.ok()) {
+    if (!done_.load()) box_->Fail(st.WithContext(fmt::format("data stream {}, frame {}", s, seq)));
+    return;
+  }
+  frames_[s].fetch_add(1);
+  box_->Notify();
+}
+
+void FrameReceiver::Work() {
+  Opener op(keys_);
+  for (;;) {
+    Received* f = nullptr;
+    {
+      std::unique_lock lk(mu_);
+      todo_cv_.wait(lk, [&] { return !todo_.empty() || closing_; });
+      if (todo_.empty()) return;
+      f = todo_.front();
+      todo_.pop_front();
+    }
+    const size_t s = f->stream;
+    const uint64_t seq = f->seq;
+    Status st = OpenAndApply(*f, op);
+    Release(f);
+    Applied(s, seq, st);
+  }
+}
+
+FrameReceiver::Received* FrameReceiver::TakeFree() {
+  std::unique_lock lk(mu_);
+  free_cv_.wait(lk, [&] { return !free_.empty(); });
+  Received* f = free_.back();
+  free_.pop_back();
+  most_in_flight_ = std::max(most_in_flight_, pool_.size() - free_.size());
+  return f;
+}
+
+void FrameReceiver::Release(Received* f) {
+  {
+    std::lock_guard lk(mu_);
+    free_.push_back(f);
+  }
+  free_cv_.notify_one();
+}
+
+// Large page, zero and digest frames go to the workers; device state (applied
+// in order) and small frames stay.
+bool FrameReceiver::ToWorkers(const wire::FrameHeader& h) const {
+  return workers_ > 0 && h.type != wire::FrameType::kDeviceState && h.raw_length > kInlineBytes;
 }
 
 // Everything about a frame is checked before its payload is read or applied.
@@ -95,28 +166,50 @@ Status FrameReceiver::CheckHeader(const wire::FrameHeader& h, size_t s, uint64_t
   return Status::Ok();
 }
 
-Status FrameReceiver::ReceiveFrame(size_t s, uint64_t seq, StreamReader& in, FrameDecoder& decoder,
-                                   FrameProtector& protector, std::vector<std::byte>& payload,
-                                   std::vector<std::byte>& raw) {
+Result<bool> FrameReceiver::ReceiveFrame(size_t s, uint64_t seq, StreamReader& in, Opener& op, Received& mine) {
   wire::HeaderBytes hb;
   GM_RETURN_IF_ERROR(in.ReadExact(hb));
   GM_ASSIGN_OR_RETURN(wire::FrameHeader h, wire::DecodeHeader(hb));
   GM_RETURN_IF_ERROR(CheckHeader(h, s, seq));
-  payload.resize(h.payload_length);
-  GM_RETURN_IF_ERROR(in.ReadExact(payload));
-  wire::Tag tag;
-  GM_RETURN_IF_ERROR(in.ReadExact(tag));
-  GM_RETURN_IF_ERROR(protector.Open(hb, h.stream_id, h.sequence, payload, tag));
-  const auto codec = static_cast<CodecKind>(h.codec_flags);
-  if (codec != CodecKind::kNone) {
-    raw.resize(h.raw_length);
-    GM_RETURN_IF_ERROR(decoder.Decode(codec, payload, raw));
-    GM_RETURN_IF_ERROR(apply_(h, raw));
-  } else {
-    GM_RETURN_IF_ERROR(apply_(h, payload));
+  const bool handed = ToWorkers(h);
+  Received& f = handed ? *TakeFree() : mine;
+  f.stream = s;
+  f.seq = seq;
+  f.hb = hb;
+  f.h = h;
+  f.payload.resize(h.payload_length);
+  Status read = in.ReadExact(f.payload);
+  if (read.ok()) read = in.ReadExact(f.tag);
+  if (!read.ok()) {
+    if (handed) Release(&f);
+    return read;
   }
-  bytes_ += hb.size() + payload.size() + tag.size();
-  return Status::Ok();
+  bytes_ += hb.size() + f.payload.size() + f.tag.size();
+  if (!handed) {
+    GM_RETURN_IF_ERROR(OpenAndApply(f, op));
+    return true;
+  }
+  {
+    std::lock_guard lk(mu_);
+    todo_.push_back(&f);
+  }
+  todo_cv_.notify_one();
+  return false;
+}
+
+Status FrameReceiver::OpenAndApply(Received& f, Opener& op) {
+  const wire::FrameHeader& h = f.h;
+  GM_RETURN_IF_ERROR(op.protector->Open(f.hb, h.stream_id, h.sequence, f.payload, f.tag));
+  const auto codec = static_cast<CodecKind>(h.codec_flags);
+  if (codec == CodecKind::kNone) return apply_(h, f.payload);
+  op.raw.resize(h.raw_length);
+  GM_RETURN_IF_ERROR(op.decoder.Decode(codec, f.payload, op.raw));
+  return apply_(h, op.raw);
+}
+
+uint32_t DefaultDestinationWorkers(uint32_t cores, uint32_t streams) {
+  if (cores <= streams) return 0;
+  return std::min<uint32_t>(cores - streams, 8);
 }
 
 }  // namespace gpumigrate

@@ -153,6 +153,7 @@ std::string ReportToJson(const MigrationReport& r) {
   j["drain_recommended"] = r.drain_recommended;
   j["compression_ratio"] = Round3(r.compression_ratio);
   if (r.source_workers > 0) j["source_workers"] = r.source_workers;
+  if (r.destination_workers) j["destination_workers"] = *r.destination_workers;
   j["codecs"] = CodecsJson(r);
   j["streams"] = StreamsJson(r);
   uint64_t saved = 0;

@@ -215,6 +215,21 @@ assert "3 reading threads on 4 cores" in limits["source workers"]["detail"], lim
 assert "tag" in limits["source send"]["detail"] and "AES" not in limits["source send"]["detail"], limits
 print("ok: the projection runs migrate's workers and tags without TLS")
 PY
+# The destination's workers (receive --threads): one stream's thread receives, two workers write.
+"$bin" estimate --device "$small" --sample 200ms --warmup 10ms --project 80GB --target "$tmp/target.json" --cores 4 \
+  --streams 1 --destination-threads 2 --json >"$tmp/dw.json" 2>/dev/null
+check "estimate --destination-threads" 0 $?
+python3 - "$tmp/dw.json" <<'PY' || fail=1
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert any("2 destination workers open and write" in a for a in r["assumptions"]), r["assumptions"]
+limits = {l["name"]: l for l in r["target_pipeline"]["limits"]}
+assert "2 writing threads on 4 cores" in limits["destination workers"]["detail"], limits
+assert "1 receiving thread on 4 cores" in limits["destination receive"]["detail"], limits
+print("ok: the projection runs receive's workers beside the stream's receiving thread")
+PY
+"$bin" receive --listen 127.0.0.1:0 --threads 65 >"$tmp/rt" 2>&1; check "receive --threads out of range" 2 $?
+contains "receive --threads names the flag" "$tmp/rt" "--threads"
 "$bin" estimate --project 80GB --target "$tmp/absent.json" >"$tmp/e6b" 2>&1; check "missing host profile" 2 $?
 contains "missing host profile is named" "$tmp/e6b" "absent.json"
 "$bin" estimate --project-table >"$tmp/e6c" 2>&1; check "table without a projection" 2 $?

@@ -9,8 +9,10 @@
 // as `migrate --threads`, by default DefaultSourceWorkers of the cores) read,
 // hash and compress; the session thread copies each frame's payload behind its
 // header; each data stream's thread seals (or tags) and sends. The destination
-// runs one thread per stream that receives, opens (or checks the tag),
-// decompresses, hashes and writes. A group of threads runs at
+// runs one thread per stream that receives, and workers (as many as `receive
+// --threads`, by default DefaultDestinationWorkers of its cores and streams)
+// that open (or check the tag), decompress, hash and write; with none, each
+// stream's thread does it all. A group of threads runs at
 // min(threads, cores) over its summed per-byte time, and each side at most at
 // cores over all its per-byte time. The migration runs at the lowest of these
 // (with both sides' time summed when they share one host, as in a loopback
@@ -24,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -76,6 +79,9 @@ struct TargetSpec {
   uint32_t cores = 0;                 // cores per side available to the migration
   uint32_t source_workers = 0;        // the source's reading workers (migrate --threads); 0: the engine's
                                       // default for `cores` (DefaultSourceWorkers)
+  // The destination's workers (receive --threads); unset: the engine's default
+  // for `cores` and `streams` (DefaultDestinationWorkers); 0: none.
+  std::optional<uint32_t> destination_workers;
   double device_read_bytes_per_s = 0; // one core's rate reading the device; 0: memcpy (per_core.copy)
   bool shared_host = false;           // source and destination share these cores (loopback)
   bool encrypted = true;              // AES-256-GCM frames (TLS); false: integrity tags only
@@ -86,7 +92,8 @@ struct TargetSpec {
 
 struct PipelineLimit {
   std::string name;     // "source workers", "source session thread", "source send", "source CPU",
-                        // "destination CPU", "shared CPU", "link", "NIC", "streams"
+                        // "destination receive", "destination workers", "destination CPU",
+                        // "shared CPU", "link", "NIC", "streams"
   double raw_bytes_per_s = 0;
   std::string detail;   // e.g. "4 cores / (read 0.1 + hash 0.2 + ... ns/B); largest: AES-GCM seal"
 };
@@ -102,6 +109,8 @@ struct PipelineBound {
 // >= 1) on `target`. A zero stage rate is a stage that was not measured: an
 // error, not an infinitely fast stage.
 Result<PipelineBound> TargetPipeline(const TargetSpec& target, CodecKind codec, double ratio);
+// The destination's workers the model (and the engine) would run on `target`.
+uint32_t DestinationWorkersOf(const TargetSpec& target);
 
 // How the measured device stands for the projected one.
 struct WorkloadProjection {

@@ -110,6 +110,9 @@ struct MigrationReport {
   std::vector<RegionCodec> codecs;
   double compression_ratio = 1;      // raw page bytes / their payload bytes, whole migration
   uint32_t source_workers = 0;       // the source's reading workers (--threads); 0: a destination's report
+  // A destination's workers opening and writing frames (receive --threads; 0:
+  // each stream's thread did it all); unset in a source's report.
+  std::optional<uint32_t> destination_workers;
   struct StreamStat {
     uint32_t stream = 0;
     uint64_t bytes = 0;

@@ -91,6 +91,12 @@ std::string_view SourceFateName(SourceFate f);  // "release", "resume", "stop"
 // not given: one per core, at most 8 (two 1 MiB chunks in flight each). The
 // engine and the estimator's projection (gpumigrate/estimator/projection.h) both use it.
 uint32_t DefaultSourceWorkers(uint32_t cores);
+// The destination's workers (threads that open, decode and write frames beside
+// each data stream's receiving thread) on a host of `cores` cores receiving
+// `streams` data streams, when receive --threads is not given: the cores the
+// streams' threads leave, at most 8; none where they leave none (each stream's
+// thread then does it all). The engine and the projection both use it.
+uint32_t DefaultDestinationWorkers(uint32_t cores, uint32_t streams);
 
 // Carries on a session whose earlier part went to the same destination before
 // (an incremental checkpoint after its base): the destination already holds what
@@ -234,6 +240,10 @@ struct DestinationOptions {
   // than sent (gpumigrate/content/content_store.h). Empty: none; the source is not told
   // there is one and sends every page.
   std::string content_store_dir;
+  // Threads that open, decode and write frames beside each data stream's
+  // receiving thread (receive --threads). Unset: DefaultDestinationWorkers of
+  // this host's cores and the session's streams; 0: each stream's thread does it all.
+  std::optional<uint32_t> workers;
 };
 
 MigrationReport RunSource(Device& device, const SessionStreams& streams, const SourceOptions& options);

@@ -127,6 +127,41 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(3u, "sim:size=24MiB,hot=1MiB,kv_rate=32MiB/s,page=4KiB,step=2ms", "bf16"),
                       std::make_tuple(2u, "sim:size=32MiB,hot=2MiB,kv_rate=64MiB/s,page=64KiB,step=1ms", "zstd:3")));
 
+// The destination's workers (issue 38 step 4): frames larger than the inline
+// limit are opened, decoded and written by workers, out of their stream's
+// order; hot pages rewritten round after round must still end as the source's.
+class DestinationWorkers : public ::testing::TestWithParam<std::tuple<uint32_t, uint32_t, std::string>> {};
+
+TEST_P(DestinationWorkers, EqualAtStop) {
+  auto [streams, workers, codec] = GetParam();
+  Pair p = MakePair("sim:size=32MiB,hot=4MiB,kv_rate=96MiB/s,page=16KiB,step=1ms");
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  LocalMigrationOptions opt;
+  opt.data_streams = streams;
+  opt.source.bandwidth_limit_bytes_per_s = 300e6;
+  opt.source.downtime_target = std::chrono::milliseconds(15);
+  opt.source.max_frame_payload_bytes = 256 << 10;  // over the inline limit: the workers' frames
+  opt.source.codec = *ParseCodecChoice(codec);
+  opt.destination.workers = workers;
+  ::testing::AssertionResult equal = ::testing::AssertionFailure() << "commit never reached";
+  opt.destination.on_phase = [&](Phase phase, uint32_t) {
+    if (phase == Phase::kCommitReceived) equal = DevicesEqual(*p.src, *p.dst);
+  };
+  auto res = MigrateLocally(*p.src, *p.dst, opt);
+  ASSERT_EQ(res.source.outcome, Outcome::kCompleted) << res.source.status.ToString();
+  ASSERT_EQ(res.destination.outcome, Outcome::kCompleted) << res.destination.status.ToString();
+  EXPECT_TRUE(res.destination.verified);
+  EXPECT_TRUE(equal);
+  EXPECT_GE(res.source.rounds.size(), 2u) << "hot pages must be sent again";
+  ASSERT_TRUE(res.destination.destination_workers.has_value());
+  EXPECT_EQ(*res.destination.destination_workers, workers);
+  EXPECT_FALSE(res.source.destination_workers.has_value());
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, DestinationWorkers,
+                         ::testing::Values(std::make_tuple(1u, 2u, "none"), std::make_tuple(2u, 3u, "none"),
+                                           std::make_tuple(1u, 2u, "zstd"), std::make_tuple(3u, 1u, "none")));
+
 TEST(SimMigration, NonConvergingMigrationAbortsWithDrainAndReplace) {
   // The hot set alone is rewritten far faster than the capped link can carry it.
   Pair p = MakePair("sim:size=32MiB,hot=8MiB,kv_rate=0,page=16KiB,step=1ms");

@@ -65,11 +65,26 @@ TEST(TargetPipeline, SumsEachThreadGroupsStages) {
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->binds, "source workers");
   EXPECT_NEAR(b->raw_bytes_per_s, 0.5 * kG, 1);
-  // Receiving threads are min(streams, cores): one stream uses one core however many there are.
-  auto one = TargetPipeline(Target(64, 1, Uniform(kG)), CodecKind::kNone, 1.0);
+  // Without destination workers (receive --threads 0) receiving threads are
+  // min(streams, cores): one stream uses one core however many there are.
+  TargetSpec inline_dst = Target(64, 1, Uniform(kG));
+  inline_dst.destination_workers = 0;
+  auto one = TargetPipeline(inline_dst, CodecKind::kNone, 1.0);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(one->binds, "destination CPU");
   EXPECT_NEAR(one->raw_bytes_per_s, 0.25 * kG, 1);
+  // With the engine's default there, DefaultDestinationWorkers(64, 1) = 8:
+  // the stream's thread only receives (1 ns/B: 1 GB/s), 8 workers open, hash
+  // and write (3 ns/B: 2.67 GB/s), and the one sending thread (seal + send,
+  // 2 ns/B: 0.5 GB/s) binds.
+  EXPECT_EQ(DestinationWorkersOf(Target(64, 1, Uniform(kG))), 8u);
+  one = TargetPipeline(Target(64, 1, Uniform(kG)), CodecKind::kNone, 1.0);
+  ASSERT_TRUE(one.ok());
+  EXPECT_NEAR(LimitOf(*one, "destination receive"), 1 * kG, 1);
+  EXPECT_NEAR(LimitOf(*one, "destination workers"), 8.0 / 3 * kG, 1);
+  EXPECT_NEAR(LimitOf(*one, "destination CPU"), 16 * kG, 1);
+  EXPECT_EQ(one->binds, "source send");
+  EXPECT_NEAR(one->raw_bytes_per_s, 0.5 * kG, 1);
 }
 
 TEST(TargetPipeline, WorkersFollowTheEnginesDefaultForTheCores) {
