@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "gpumigrate/content/content_store.h"
 #include "gpumigrate/planner/planner.h"
 #include "gpumigrate/common/rate_file.h"
 #include "gpumigrate/common/units.h"
@@ -493,10 +494,28 @@ void Agent::Finish(Job& job, std::optional<int> rc) {
   JobEvent(job, ended, fmt::format("job {} ({} {}): {}: {}", job.id, job.kind, job.vm, ended, job.detail));
 }
 
+// "models": those the host entry names and those its content store holds
+// (read afresh: a store gains a model when one is copied into it).
+Json Agent::HostModels() const {
+  std::set<std::string> all;
+  const Json& named = config_.host_entry.contains("models") ? config_.host_entry["models"] : Json();
+  if (named.is_array()) {
+    for (const auto& m : named) {
+      if (m.is_string()) all.insert(m.get<std::string>());
+    }
+  }
+  if (!config_.content_store.empty()) {
+    auto held = ContentStoreModels(config_.content_store);
+    if (held.ok()) all.insert(held->begin(), held->end());
+  }
+  return Json(std::vector<std::string>(all.begin(), all.end()));
+}
+
 Json Agent::Inventory() const {
   Json host = config_.host_entry;
   host["name"] = config_.host;
   host["maintenance"] = maintenance_;
+  if (!config_.content_store.empty()) host["models"] = HostModels();
   if (!options_.listen_address.empty()) host["agent"] = options_.listen_address;
   Json vms = Json::array();
   for (const auto& v : vms_) {

@@ -213,6 +213,7 @@ class Agent {
   void JobEvent(const Job& job, const std::string& phase, const std::string& message);
   Json JobJson(const Job& job) const;
   Json Inventory() const;
+  Json HostModels() const;
   Result<Json> Dispatch(Op op, const Json& req);
   Result<Json> JobsStatus(const Json& req);
   Result<Json> SetMaintenance(const Json& req);

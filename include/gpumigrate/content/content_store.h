@@ -152,6 +152,13 @@ class ContentStore {
   std::atomic<uint64_t> filled_{0}, missed_{0}, refused_{0};
 };
 
+// The models a store at `dir` holds, by name, for a host's inventory
+// ("models"): each directory at its top (DIR/llama-3-70b/ with its shards)
+// and each file at its top up to its first '.' (DIR/<name>.<region>.raw, as
+// `content-store add --name` writes them); names starting with '.' (the
+// index) are skipped. Sorted, each once. An error names the directory.
+Result<std::vector<std::string>> ContentStoreModels(const std::string& dir);
+
 // Seeds a store: writes the regions of `device` (only its static ones, the
 // weights, when `static_only`) to DIR/<name>.<region>.raw, each whole or not at
 // all (written aside, then renamed). Returns the paths written.

@@ -190,6 +190,33 @@ TEST(Resume, ABreakInRoundZeroCarriesOnAndSendsLessThanARestart) {
   EXPECT_EQ(c.count(), 2u);
 }
 
+// The same break with destination workers (issue 38 step 4): frames over the
+// inline limit are applied by workers, out of their stream's order; the
+// counts a resumption reports must still be each stream's first frames, all
+// of them applied, so what the source keeps is really there.
+TEST(Resume, ABreakWithDestinationWorkersKeepsOnlyWhatTheyApplied) {
+  Fakes f;
+  Connections c(2);
+  f.so.reconnect = c.SourceSide();
+  f.dopt.reaccept = c.DestinationSide();
+  f.dopt.workers = 2;
+  f.so.max_frame_payload_bytes = 32 * kPage;  // 128 KiB frames: the workers'
+  Link& first = c.First(FaultPlan{.cut_at_byte = kPages / 4 * kPage + 4096});
+  auto r = Migrate(f, first);
+  ASSERT_EQ(r.source.outcome, Outcome::kCompleted) << r.source.status.ToString();
+  ASSERT_EQ(r.destination.outcome, Outcome::kCompleted) << r.destination.status.ToString();
+  EXPECT_TRUE(r.source.verified);
+  EXPECT_EQ(f.dst.memory(0), f.src.memory(0)) << "byte for byte";
+  ASSERT_TRUE(r.destination.destination_workers.has_value());
+  EXPECT_EQ(*r.destination.destination_workers, 2u);
+  ASSERT_EQ(r.source.resumptions.size(), 1u);
+  const auto& x = r.source.resumptions[0];
+  EXPECT_EQ(x.round, 0u);
+  EXPECT_GT(x.saved_bytes, 0u) << "frames applied before the break are kept";
+  // Pages not yet queued at the break went on as usual: neither kept nor resent.
+  EXPECT_LE(x.saved_bytes + x.resent_bytes, kPages * kPage);
+}
+
 // Content-addressed pre-copy across a break: the destination's content store
 // holds the first half of the pages; data stream 0 breaks in round 0 while
 // pages are offered by digest. The answers of the broken connection may be

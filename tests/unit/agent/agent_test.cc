@@ -3,6 +3,7 @@
 // limits, holds, restarts), and the real process launcher.
 #include "gpumigrate/agent/agent.h"
 #include "gpumigrate/common/rate_file.h"
+#include "gpumigrate/planner/planner.h"
 
 #include <unistd.h>
 
@@ -565,6 +566,38 @@ TEST_F(AgentTest, AReceiveUsesTheHostsContentStore) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("content_store: 'models' is not an absolute path"), std::string::npos)
       << bad.status().message();
+}
+
+// The host's "models" (the planner prefers a target holding a VM's model) are
+// the ones its entry names and those its content store holds, read afresh at
+// every inventory: a model copied into the store is offered from then on.
+TEST_F(AgentTest, InventoryNamesTheModelsItsContentStoreHolds) {
+  const fs::path store = dir_ / "store";
+  fs::create_directories(store / "mistral-b");
+  std::ofstream(store / "llama-a.weights.raw") << "w";
+  std::ofstream(store / "llama-a.kv.raw") << "k";
+  std::ofstream(store / "mistral-b" / "model-00001-of-00002.safetensors") << "s";
+  std::ofstream(store / ".gpumigrate-index-4096") << "index";
+  Json cfg = Json::parse(kConfig);
+  Json inv = Call({{"op", "inventory"}});
+  EXPECT_FALSE(inv["host"].contains("models")) << "no store, no models said: " << inv["host"].dump();
+  cfg["content_store"] = store.string();
+  cfg["host"]["models"] = {"phi-c"};
+  Reopen(cfg.dump());
+  inv = Call({{"op", "inventory"}});
+  EXPECT_EQ(inv["host"]["models"], Json({"llama-a", "mistral-b", "phi-c"}));
+  std::ofstream(store / "qwen-d.weights.raw") << "q";
+  inv = Call({{"op", "inventory"}});
+  EXPECT_EQ(inv["host"]["models"], Json({"llama-a", "mistral-b", "phi-c", "qwen-d"}));
+  // The planner reads it: a host holding a VM's model.
+  Json planner_inv = {{"version", 1}, {"hosts", Json::array({inv["host"]})}, {"vms", Json::array()}};
+  auto parsed = planner::ParseInventory(planner_inv.dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status().message();
+  EXPECT_TRUE(parsed->hosts[0].Holds("qwen-d"));
+  // A store gone: the models the entry names stay.
+  fs::remove_all(store);
+  inv = Call({{"op", "inventory"}});
+  EXPECT_EQ(inv["host"]["models"], Json({"phi-c"}));
 }
 
 TEST_F(AgentTest, AnUnverifiedOrSilentReceiveKeepsNothing) {

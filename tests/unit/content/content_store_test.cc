@@ -96,6 +96,23 @@ TEST_F(ContentStoreTest, IndexesWholeNonZeroPagesAndFillsThem) {
   EXPECT_EQ(s->missed(), 1u);
 }
 
+// The models a store holds (an agent's "models"): top-level directories and
+// top-level files up to their first '.', hidden names (the index) left out.
+TEST_F(ContentStoreTest, ModelsAreItsTopLevelNames) {
+  Write("llama.weights.raw", Pages(1, 1));
+  Write("llama.kv.raw", Pages(1, 2));
+  Write("mistral/shard-1.safetensors", Pages(1, 3));
+  Write("mistral/shard-2.safetensors", Pages(1, 4));
+  Write("phi", Pages(1, 5));
+  ASSERT_NE(Open(), nullptr);  // writes the hidden index beside them
+  auto models = ContentStoreModels(dir_);
+  ASSERT_TRUE(models.ok()) << models.status().ToString();
+  EXPECT_EQ(*models, (std::vector<std::string>{"llama", "mistral", "phi"}));
+  auto gone = ContentStoreModels(dir_ + "/absent");
+  ASSERT_FALSE(gone.ok());
+  EXPECT_NE(gone.status().message().find(dir_ + "/absent"), std::string::npos) << gone.status().message();
+}
+
 TEST_F(ContentStoreTest, DuplicatePagesAreIndexedOnce) {
   auto a = Pages(4, 100);
   Write("a", a);
