@@ -7,6 +7,7 @@
 //                   PREPARED -> IN_DOUBT (connection lost: stay stopped, keep state)
 #include <array>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -122,6 +123,15 @@ class Destination {
   uint64_t link_bytes_before_ = 0;
   std::vector<uint64_t> frames_applied_;  // per data stream of the broken connection
   std::atomic<bool> device_failed_{false};  // a device write failed (set by the receiving threads)
+  std::mutex device_mu_;
+  Status device_error_;  // the first such failure, under device_mu_
+  // Records a failed device write (never resumed: not the link's fault) and returns it.
+  Status DeviceFailed(Status w) {
+    std::lock_guard lk(device_mu_);
+    if (device_error_.ok()) device_error_ = w;
+    device_failed_ = true;
+    return w;
+  }
   std::unique_ptr<ContentFill> content_;     // receive --content-store: opened at the manifest
 };
 
@@ -239,16 +249,10 @@ Status Destination::Apply(const wire::FrameHeader& h, std::span<const std::byte>
     if (h.round + 1 < last) continue;  // a newer copy already arrived on another stream
     if (h.type == wire::FrameType::kPages) {
       auto bytes = payload.subspan(off, len);
-      if (Status w = dev_.Write(r.id, h.offset + off, bytes); !w.ok()) {
-        device_failed_ = true;  // not the link's fault: never resumed
-        return w;
-      }
+      if (Status w = dev_.Write(r.id, h.offset + off, bytes); !w.ok()) return DeviceFailed(w);
       hashes_.Set(idx, page, HashPage(bytes));
     } else {
-      if (Status w = dev_.WriteZeros(r.id, h.offset + off, len); !w.ok()) {
-        device_failed_ = true;
-        return w;
-      }
+      if (Status w = dev_.WriteZeros(r.id, h.offset + off, len); !w.ok()) return DeviceFailed(w);
       hashes_.SetZero(idx, page);
     }
     last = h.round + 1;
@@ -289,10 +293,7 @@ Status Destination::ApplyDigests(const wire::FrameHeader& h, std::span<const std
     std::lock_guard lk(stripes_[(pg ^ (uint64_t{idx} << 20)) % stripes_.size()]);
     uint32_t& last = last_round_[idx][pg];
     if (h.round + 1 < last) continue;  // a newer copy already arrived on another stream
-    if (Status w = dev_.Write(r.id, pg * ps, page); !w.ok()) {
-      device_failed_ = true;
-      return w;
-    }
+    if (Status w = dev_.Write(r.id, pg * ps, page); !w.ok()) return DeviceFailed(w);
     hashes_.Set(idx, pg, HashPage(page));
     last = h.round + 1;
   }
@@ -492,6 +493,12 @@ Status Destination::Resume(Status st) {
   const uint32_t round = at_.round;
   EnterPhase(Phase::kReconnecting, round);
   StopLink();
+  // Frames of the broken link applied while its receiver stopped: one that
+  // failed on the device (its report went quiet with the link) ends it here.
+  if (device_failed_.load()) {
+    std::lock_guard lk(device_mu_);
+    return device_error_.WithContext("applying a frame received before the link broke");
+  }
   auto re = opt_.reaccept(opt_.resume_window);
   if (!re.ok() && re.status().code() == StatusCode::kAborted) {
     return Aborted(fmt::format("{} (awaiting the source's resumption after: {})", re.status().message(), st.message()));

@@ -18,6 +18,7 @@ FrameReceiver::FrameReceiver(std::vector<Stream*> streams, const FrameKeys& keys
       apply_(std::move(apply)),
       box_(box),
       frames_(new std::atomic<uint64_t>[streams_.size()]),
+      done_by_stream_(new Done[streams_.size()]),
       workers_(workers) {
   for (size_t s = 0; s < streams_.size(); ++s) frames_[s] = 0;
   for (size_t i = 0; i < size_t{workers_} * kFramesPerWorker; ++i) {
@@ -60,21 +61,41 @@ void FrameReceiver::Run(size_t s) {
   Received mine;  // a frame this thread applies itself
   StreamReader in(*streams_[s]);
   for (uint64_t seq = 0;; ++seq) {
-    Result<bool> here = ReceiveFrame(s, seq, in, op, mine);
-    if (!here.ok()) {
-      Applied(s, seq, here.status());
+    Result<bool> go_on = ReceiveFrame(s, seq, in, op, mine);
+    if (!go_on.ok()) {
+      // Reading frame `seq` failed (the stream broke or the frame is bad):
+      // those before it stay good and are counted as they are applied.
+      if (!done_.load()) box_->Fail(go_on.status().WithContext(fmt::format("data stream {}, frame {}", s, seq)));
       return;
     }
-    if (*here) Applied(s, seq, Status::Ok());
+    if (!*go_on) return;  // applied here and failed: Applied reported it
   }
 }
 
 void FrameReceiver::Applied(size_t s, uint64_t seq, const Status& st) {
+  Done& d = done_by_stream_[s];
+  {
+    std::lock_guard lk(d.mu);
+    if (!st.ok()) {
+      d.failed = true;  // the count stops before this frame for good
+    } else if (!d.failed) {
+      uint64_t n = frames_[s].load();
+      if (seq != n) {
+        d.ahead.insert(seq);
+        return;  // counted once the frames before it are
+      }
+      ++n;
+      while (!d.ahead.empty() && *d.ahead.begin() == n) {
+        d.ahead.erase(d.ahead.begin());
+        ++n;
+      }
+      frames_[s].store(n);
+    }
+  }
   if (!st.ok()) {
     if (!done_.load()) box_->Fail(st.WithContext(fmt::format("data stream {}, frame {}", s, seq)));
     return;
   }
-  frames_[s].fetch_add(1);
   box_->Notify();
 }
 
@@ -186,15 +207,16 @@ Result<bool> FrameReceiver::ReceiveFrame(size_t s, uint64_t seq, StreamReader& i
   }
   bytes_ += hb.size() + f.payload.size() + f.tag.size();
   if (!handed) {
-    GM_RETURN_IF_ERROR(OpenAndApply(f, op));
-    return true;
+    Status applied = OpenAndApply(f, op);
+    Applied(s, seq, applied);
+    return applied.ok();
   }
   {
     std::lock_guard lk(mu_);
     todo_.push_back(&f);
   }
   todo_cv_.notify_one();
-  return false;
+  return true;
 }
 
 Status FrameReceiver::OpenAndApply(Received& f, Opener& op) {

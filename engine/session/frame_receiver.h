@@ -16,9 +16,12 @@
 // order; the destination's per-page round map keeps the newest copy. Without
 // workers each stream's thread does it all, as before.
 //
-// Frames applied are counted per stream (so the session can wait for a round's
-// frames); the first failure, named "data stream S, frame N: why", goes to the
-// mailbox, which wakes the session. Start() once; to stop, StopQuietly() (later
+// Frames applied are counted per stream as the length of the run of that
+// stream's first frames all applied (a frame a worker finished early waits
+// for those before it; after a stream's first failure its count stops), so a
+// count always means "frames 0..n-1 are on the device", what the session
+// waits for and what a resumption tells the source. The first failure, named
+// "data stream S, frame N: why", goes to the mailbox, which wakes the session. Start() once; to stop, StopQuietly() (later
 // failures go unreported), close the streams, then Join() (the destructor joins
 // too): every frame received whole is applied before Join returns, so the
 // counts are each stream's first frames (what a resumption tells the source).
@@ -32,6 +35,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <span>
 #include <thread>
 #include <vector>
@@ -98,8 +102,9 @@ class FrameReceiver {
 
   void Run(size_t s);
   void Work();
-  // Reads stream s's frame `seq`: true when it was applied here, false when a
-  // worker has it.
+  // Reads stream s's frame `seq` and applies it here or hands it to a worker:
+  // true to go on; false when it failed here (Applied reported it); an error
+  // when reading it failed.
   Result<bool> ReceiveFrame(size_t s, uint64_t seq, StreamReader& in, Opener& op, Received& mine);
   Status OpenAndApply(Received& f, Opener& op);
   void Applied(size_t s, uint64_t seq, const Status& st);
@@ -114,7 +119,15 @@ class FrameReceiver {
   const std::vector<RegionInfo>* regions_;
   ApplyFn apply_;
   Mailbox* box_;
-  std::unique_ptr<std::atomic<uint64_t>[]> frames_;
+  std::unique_ptr<std::atomic<uint64_t>[]> frames_;  // per stream: its first frames, all applied
+  // Per stream, under its lock: frames applied past the count (a worker's
+  // finished ahead of an earlier one), and whether one of its frames failed.
+  struct Done {
+    std::mutex mu;
+    std::set<uint64_t> ahead;
+    bool failed = false;
+  };
+  std::unique_ptr<Done[]> done_by_stream_;
   std::atomic<uint64_t> bytes_{0};
   std::atomic<bool> done_{false};
   bool accept_digests_ = false;

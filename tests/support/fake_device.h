@@ -38,7 +38,7 @@ class FakeDevice final : public Device, public DirtyTracker {
   }
   std::optional<DeviceState> fail_transition_to;  // SetState(x) fails and stays put
   bool fail_load_state = false;
-  bool fail_writes = false;
+  std::atomic<bool> fail_writes{false};  // may be set while a migration runs
   std::chrono::milliseconds write_delay{0};  // each Write takes this long: a slow device that gets work done
   std::vector<std::byte> state_blob{std::byte{1}, std::byte{2}, std::byte{3}};
   std::vector<std::byte> loaded_state;

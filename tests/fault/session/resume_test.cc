@@ -217,6 +217,39 @@ TEST(Resume, ABreakWithDestinationWorkersKeepsOnlyWhatTheyApplied) {
   EXPECT_LE(x.saved_bytes + x.resent_bytes, kPages * kPage);
 }
 
+// A frame of the broken link that a destination worker applies only after
+// the break, and that fails on the device, ends the migration there: a device
+// error is never resumed, though its report came after the link's.
+TEST(Resume, ADeviceFailureWhileTheBrokenLinksFramesAreAppliedIsNotResumed) {
+  Fakes f;
+  Connections c(2);
+  f.so.reconnect = c.SourceSide();
+  f.dopt.reaccept = c.DestinationSide();
+  f.so.resume_window = f.dopt.resume_window = 2s;
+  f.dopt.workers = 2;
+  f.so.max_frame_payload_bytes = 32 * kPage;  // 128 KiB frames: the workers'
+  // Each page 60 ms: a worker holds a frame for about 1.9 s, past the second
+  // the destination gives a broken link to say Abort before it resumes.
+  f.dst.write_delay = 60ms;
+  f.dopt.on_phase = [&](Phase p, uint32_t) {
+    if (p == Phase::kReconnecting) f.dst.fail_writes = true;  // the frames still held now fail
+  };
+  // Stream 0 carries frame 0 whole, then breaks on its next frame: its thread
+  // sees the end at once (it is not waiting for a buffer) while a worker still
+  // writes frame 0's pages.
+  Link& first = c.First(FaultPlan{.cut_at_byte = 140 << 10});
+  auto r = Migrate(f, first);
+  EXPECT_EQ(r.destination.outcome, Outcome::kAborted) << r.destination.status.ToString();
+  EXPECT_NE(r.destination.status.message().find("applying a frame received before the link broke"),
+            std::string::npos)
+      << r.destination.status.message();
+  EXPECT_NE(r.destination.status.message().find("out of device memory"), std::string::npos)
+      << r.destination.status.message();
+  EXPECT_TRUE(r.destination.resumptions.empty()) << r.destination.resumptions.size();
+  EXPECT_NE(r.source.outcome, Outcome::kCompleted);
+  EXPECT_EQ(f.src.State(), DeviceState::kRunning) << "the source keeps running";
+}
+
 // Content-addressed pre-copy across a break: the destination's content store
 // holds the first half of the pages; data stream 0 breaks in round 0 while
 // pages are offered by digest. The answers of the broken connection may be

@@ -235,8 +235,25 @@ TEST(FrameReceiver, AWorkersFailureNamesItsStreamAndFrame) {
   const std::string why = rig.box.failure().ToString();
   EXPECT_NE(why.find("data stream 1, frame 2"), std::string::npos) << why;
   EXPECT_NE(why.find("the device refused the write"), std::string::npos) << why;
-  ASSERT_TRUE(RxEventually([&] { return rig.receiver->frames_total() == 7; }));
-  EXPECT_EQ(rig.receiver->frames(1), 3u) << "the failed frame is not counted";
+  // Stream 1's frames after the failed one are applied, but its count stops
+  // before it: a count means "these first frames are on the device".
+  ASSERT_TRUE(RxEventually([&] { return rig.applied.pages().size() == 7; }));
+  ASSERT_TRUE(RxEventually([&] { return rig.receiver->frames(0) == 4 && rig.receiver->frames(1) == 2; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(rig.receiver->frames(1), 2u) << "frames 0 and 1 of stream 1; frame 2 failed";
+}
+
+TEST(FrameReceiver, AFrameAWorkerFinishesEarlyIsCountedOnlyAfterThoseBeforeIt) {
+  RxRig rig(/*workers=*/2);
+  rig.applied.FailAt(0);  // stream 0's frame 0 fails; its frames 1-3 are applied after it or beside it
+  rig.receiver->Start();
+  for (uint32_t i = 0; i < 8; ++i) ASSERT_TRUE(rig.SendPages(i, kRxLarge).ok());
+  ASSERT_TRUE(rig.sender->Flush().ok());
+  ASSERT_TRUE(RxEventually([&] { return rig.applied.pages().size() == 7 && rig.receiver->frames(1) == 4; }));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_EQ(rig.receiver->frames(0), 0u) << "frame 0 never arrived on the device: nothing after it counts";
+  EXPECT_NE(rig.box.failure().ToString().find("data stream 0, frame 0"), std::string::npos)
+      << rig.box.failure().ToString();
 }
 
 TEST(FrameReceiver, JoinAppliesEveryFrameReceivedWholeBeforeItReturns) {
